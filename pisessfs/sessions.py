@@ -1,0 +1,316 @@
+"""Finding session files and keeping them parsed: the only module that reads the sessions.
+
+This module owns the sessions root on disk: which project folders and ``*.jsonl`` files it
+holds (never following a symlink out of it), and for each file a :class:`Loaded` state (its
+bytes, the parser, the tree index) that is brought up to date by reading only appended
+bytes when the file grew, and rebuilt whole (a new *epoch*) when it shrank, was replaced or
+had its prefix rewritten. Parsed states are evicted least-recently-used past a byte cap.
+
+It knows nothing of inodes or FUSE. Loading a large file blocks: callers decide which thread
+runs :meth:`SessionFile.load` (``needs_load`` says whether it would).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from .jsonl import Parser
+from .model import Entry, Problem
+from .tree import Index, NeedsRebuild
+
+log = logging.getLogger(__name__)
+
+VOLATILE = ("listed", "tree", "json")
+_WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
+
+
+class Unreadable(Exception):
+    """The session file cannot be read (permissions, vanished)."""
+
+    def __init__(self, path: str, err: OSError) -> None:
+        super().__init__(f"{path}: {err.strerror}")
+        self.path = path
+        self.errno = err.errno
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> Identity:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class Loaded:
+    """A parsed session: bytes, parser and index, valid for one epoch."""
+
+    def __init__(self, path: str, epoch: int) -> None:
+        self.path = path
+        self.epoch = epoch
+        self.buf = bytearray()
+        self.parser = Parser(path)
+        self.index = Index()
+        self.ident: Identity | None = None
+        self.consumed = 0  # how many of parser.entries the index has seen
+        self._tail_indexed = False
+        self.reported: set[tuple[int, str]] = set()
+        # Renders the view derives from this state. Entry-derived ones stay valid while the
+        # file only grows; whole-session ones (VOLATILE) are dropped on every change.
+        self.memo: dict[str, Any] = {}
+
+    @property
+    def entries(self) -> list[Entry]:
+        """Entries in file order, with a provisional torn tail last."""
+        tail = self.parser.tail
+        return [*self.parser.entries, tail] if tail else self.parser.entries
+
+    def problems(self) -> list[Problem]:
+        out = [*self.parser.problems, *self.index.problems]
+        if self.parser.tail_problem:
+            out.append(self.parser.tail_problem)
+        if self.parser.header is None and not any(p.kind in ("no-header", "bom") for p in out):
+            out.append(Problem(0, "no-header", "no session header: Pi does not load this file"))
+        return sorted(out, key=lambda p: p.line)
+
+    def raw(self, e: Entry) -> bytes:
+        return bytes(self.buf[e.start : e.end])
+
+    def nbytes(self) -> int:
+        return len(self.buf)
+
+    def absorb(self, data: bytes, ident: Identity) -> None:
+        """Take ``data`` appended to the file and bring parser and index up to date."""
+        self.buf += data
+        self.ident = ident
+        self.parser.feed(self.buf)
+        self._index()
+        for k in VOLATILE:
+            self.memo.pop(k, None)
+        self._warn()
+
+    def _index(self) -> None:
+        tail = self.parser.tail
+        if self.consumed == 0 or self._tail_indexed or tail is not None:
+            # A provisional tail may still change: rebuild rather than undo. Rare and short-lived.
+            self.index = Index(self.entries)
+            self.memo.clear()
+        else:
+            try:
+                for e in self.parser.entries[self.consumed :]:
+                    self.index.add(e)
+            except NeedsRebuild:
+                self.index = Index(self.entries)
+                self.memo.clear()
+        self._tail_indexed = tail is not None
+        self.consumed = len(self.parser.entries)
+
+    def _warn(self) -> None:
+        for p in self.problems():
+            if p.kind == "torn-tail":
+                continue  # usually a writer caught mid-line; session.json still lists it
+            key = (p.line, p.kind)
+            if key not in self.reported:
+                self.reported.add(key)
+                log.warning("%s:%d: %s: %s", self.path, p.line, p.kind, p.detail)
+
+
+class SessionFile:
+    """One ``*.jsonl`` file under the root, parsed on demand."""
+
+    def __init__(self, store: Store, path: str) -> None:
+        self.store = store
+        self.path = path
+        self.loaded: Loaded | None = None
+        self.epoch = 0
+        self._fingerprint: tuple[Identity, int] | None = None  # kept across eviction
+        self._lock = threading.Lock()
+
+    def stat(self) -> os.stat_result:
+        try:
+            return os.stat(self.path)
+        except OSError as err:
+            raise Unreadable(self.path, err) from None
+
+    def needs_load(self) -> bool:
+        """Whether :meth:`load` would parse the whole file (slow: run it off-thread)."""
+        cur = self.loaded
+        if cur is None or cur.ident is None:
+            return True
+        try:
+            ident = Identity.of(os.stat(self.path))
+        except OSError:
+            return False
+        return ident.ino != cur.ident.ino or ident.size < cur.ident.size
+
+    def load(self) -> Loaded:
+        """The session brought up to date with the file; parses only what is new."""
+        with self._lock:
+            st = self.stat()
+            ident = Identity.of(st)
+            cur = self.loaded
+            if cur is not None and cur.ident == ident:
+                self.store.touch(self)
+                return cur
+            if cur is not None and self._grew(cur, ident):
+                self._append(cur, ident)
+            else:
+                cur = self._reload(ident)
+            self.store.touch(self)
+            return cur
+
+    def _grew(self, cur: Loaded, ident: Identity) -> bool:
+        old = cur.ident
+        if old is None or (old.dev, old.ino) != (ident.dev, ident.ino) or ident.size < old.size:
+            return False
+        return self._window(old.size) == bytes(cur.buf[max(0, old.size - _WINDOW) : old.size])
+
+    def _window(self, end: int) -> bytes:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(max(0, end - _WINDOW))
+                return f.read(min(end, _WINDOW))
+        except OSError as err:
+            raise Unreadable(self.path, err) from None
+
+    def _append(self, cur: Loaded, ident: Identity) -> None:
+        old = cur.ident.size if cur.ident else 0
+        data = self._read(old)
+        cur.absorb(data, Identity(ident.dev, ident.ino, old + len(data), ident.mtime_ns))
+
+    def _reload(self, ident: Identity) -> Loaded:
+        data = self._read(0)
+        # Bytes that merely grew since an eviction keep the epoch (and so the kernel's inodes);
+        # anything else read whole again is a new version of the file.
+        if not self._continues_evicted(ident, data) and (
+            self.loaded is not None or self._fingerprint is not None
+        ):
+            self.epoch += 1
+        fresh = Loaded(self.path, self.epoch)
+        fresh.absorb(data, Identity(ident.dev, ident.ino, len(data), ident.mtime_ns))
+        self.loaded = fresh
+        self._fingerprint = None
+        return fresh
+
+    def _continues_evicted(self, ident: Identity, data: bytes) -> bool:
+        if self._fingerprint is None:
+            return False
+        old, crc = self._fingerprint
+        return (
+            (old.dev, old.ino) == (ident.dev, ident.ino)
+            and len(data) >= old.size
+            and zlib.crc32(data[max(0, old.size - _WINDOW) : old.size]) == crc
+        )
+
+    def _read(self, offset: int) -> bytes:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(offset)
+                return f.read()
+        except OSError as err:
+            raise Unreadable(self.path, err) from None
+
+    def evict(self) -> None:
+        cur = self.loaded
+        if cur is None or cur.ident is None:
+            return
+        check = zlib.crc32(bytes(cur.buf[max(0, len(cur.buf) - _WINDOW) :]))
+        self._fingerprint = (cur.ident, check)
+        self.loaded = None
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """A folder of the root: its shown name and real path; ``is_session`` for flat files."""
+
+    name: str
+    path: str
+    is_session: bool
+
+
+def project_name(raw: str) -> str:
+    """``--home-ana-src-app--`` -> ``home-ana-src-app``."""
+    if len(raw) > 4 and raw.startswith("--") and raw.endswith("--"):
+        return raw[2:-2]
+    return raw
+
+
+class Store:
+    """The sessions root: discovery, the parsed-session cache and its byte cap."""
+
+    def __init__(self, root: str, cache_bytes: int = 1 << 30) -> None:
+        self.root = os.path.realpath(root)
+        self.cache_bytes = cache_bytes
+        self._files: dict[str, SessionFile] = {}
+        self._lru: OrderedDict[str, int] = OrderedDict()  # path -> bytes held, oldest first
+        self._total = 0
+        self._lru_lock = threading.Lock()
+
+    def _inside(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return real == self.root or real.startswith(self.root + os.sep)
+
+    def _scan(self, folder: str) -> list[os.DirEntry[str]]:
+        try:
+            with os.scandir(folder) as it:
+                return sorted((d for d in it if not d.name.startswith(".")), key=lambda d: d.name)
+        except OSError as err:
+            log.warning("cannot list %s: %s", folder, err.strerror)
+            return []
+
+    def _is(self, d: os.DirEntry[str], kind: int) -> bool:
+        try:
+            if d.is_symlink() and not self._inside(d.path):
+                return False
+            return stat.S_IFMT(os.stat(d.path).st_mode) == kind
+        except OSError:
+            return False
+
+    def top(self) -> list[Listing]:
+        """Project folders (names stripped of ``--``) and flat session files of the root."""
+        entries = self._scan(self.root)
+        sessions = [d for d in entries if d.name.endswith(".jsonl") and self._is(d, stat.S_IFREG)]
+        dirs = [d for d in entries if self._is(d, stat.S_IFDIR)]
+        stems = [d.name[: -len(".jsonl")] for d in sessions]
+        stripped = [project_name(d.name) for d in dirs]
+        taken = set(stems) | {d.name for d in dirs}
+        out = [Listing(s, d.path, True) for s, d in zip(stems, sessions, strict=True) if s]
+        for d, name in zip(dirs, stripped, strict=True):
+            clash = name != d.name and (name in taken or stripped.count(name) > 1)
+            out.append(Listing(d.name if clash else name, d.path, False))
+        return out
+
+    def sessions_in(self, folder: str) -> list[Listing]:
+        return [
+            Listing(d.name[: -len(".jsonl")], d.path, True)
+            for d in self._scan(folder)
+            if d.name.endswith(".jsonl") and len(d.name) > 6 and self._is(d, stat.S_IFREG)
+        ]
+
+    def session(self, path: str) -> SessionFile:
+        sf = self._files.get(path)
+        if sf is None:
+            sf = self._files[path] = SessionFile(self, path)
+        return sf
+
+    def touch(self, sf: SessionFile) -> None:
+        """Mark ``sf`` recently used and evict others past the byte cap."""
+        with self._lru_lock:
+            size = sf.loaded.nbytes() if sf.loaded is not None else 0
+            self._total += size - self._lru.pop(sf.path, 0)
+            self._lru[sf.path] = size
+            for path in list(self._lru):
+                if self._total <= self.cache_bytes or path == sf.path:
+                    break
+                self._total -= self._lru.pop(path)
+                self._files[path].evict()

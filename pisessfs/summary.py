@@ -1,0 +1,139 @@
+"""The per-session files computed from the whole tree: ``tree.txt`` and ``session.json``.
+
+This module owns their text. It reads a :class:`~pisessfs.sessions.Loaded` session and the
+leaf folder names the view gives it; it does not decide the layout or touch the kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from . import render
+from .jsonl import decode_line
+from .sessions import Loaded
+
+FolderOf = Callable[[str], str]  # entry id -> "leaves/<name>" or "nodes/<id>"
+
+
+def iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return (
+        datetime.fromtimestamp(ms / 1000, UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def previews(s: Loaded) -> dict[str, str]:
+    """One preview per winning entry, tool results shown as their call (one parse each)."""
+    calls: dict[str, dict[str, Any]] = {}
+    out: dict[str, str] = {}
+    winners = s.index.by_id
+    for e in s.entries:
+        d, _ = decode_line(s.raw(e))
+        if not isinstance(d, dict):
+            continue
+        msg = render.message_of(d)
+        for b in msg.get("content") or [] if msg.get("role") == "assistant" else []:
+            if isinstance(b, dict) and b.get("type") == "toolCall" and isinstance(b.get("id"), str):
+                calls[b["id"]] = b
+        if winners.get(e.id) is e:
+            call_id = msg.get("toolCallId") if msg.get("role") == "toolResult" else None
+            call = calls.get(call_id) if isinstance(call_id, str) else None
+            out[e.id] = render.preview(d, call)
+    return out
+
+
+def tree_txt(s: Loaded, folder_of: FolderOf) -> bytes:
+    """Every entry in tree order with connectors (indenting only at branch points)."""
+    ix = s.index
+    texts = previews(s)
+    width = render.number_width(max(ix.num.values(), default=0))
+    lines: list[str] = []
+    # stack items: (id, prefix for this line, prefix for what follows below it)
+    roots = ix.roots
+    stack: list[tuple[str, str, str]] = []
+    for i, r in reversed(list(enumerate(roots))):
+        stack.append(_branch(r, "", i == len(roots) - 1) if len(roots) > 1 else (r, "", ""))
+    while stack:
+        eid, lead, rest = stack.pop()
+        lines.append(_row(s, eid, lead, texts, width))
+        kids = ix.children.get(eid, [])
+        if len(kids) == 1:
+            stack.append((kids[0], rest, rest))
+        else:
+            for i, k in reversed(list(enumerate(kids))):
+                stack.append(_branch(k, rest, i == len(kids) - 1))
+    head = f"# {len(ix.order)} entries, {len(ix.all_leaves())} leaves"
+    if ix.resume:
+        head += f"; resume leaf {ix.resume} ({folder_of(ix.resume)})"
+    body = [head, *lines]
+    problems = s.problems()
+    if problems:
+        body += ["", f"# problems ({len(problems)})"]
+        body += [f"line {p.line}: {p.kind}: {p.detail}" for p in problems]
+    return ("\n".join(body) + "\n").encode()
+
+
+def _branch(eid: str, prefix: str, last: bool) -> tuple[str, str, str]:
+    return (eid, prefix + ("└─ " if last else "├─ "), prefix + ("   " if last else "│  "))
+
+
+def _row(s: Loaded, eid: str, lead: str, texts: dict[str, str], width: int) -> str:
+    ix = s.index
+    e = ix.by_id[eid]
+    num = f"{ix.num[eid]:0{width}d}" if e.numbered else "·".rjust(width)
+    row = f"{num} {eid:<8} {lead}{texts.get(eid, '[unreadable]')}"
+    if eid in ix.labels:
+        row += f"  [{ix.labels[eid]}]"
+    if eid == ix.resume:
+        row += "  ← resume"
+    return row
+
+
+def session_json(s: Loaded, folder_of: FolderOf, listed: set[str]) -> bytes:
+    """Header fields and derived facts, as pretty JSON."""
+    ix = s.index
+    p = s.parser
+    header = p.header.fields if p.header else None
+    stats = p.stats
+    created = header.get("timestamp") if header else None
+    modified = iso(stats.last_activity_ms) or created
+    doc: dict[str, Any] = {
+        "file": s.path,
+        "id": header.get("id") if header else None,
+        "version": p.header.version if p.header else None,
+        "cwd": header.get("cwd") if header else None,
+        "name": stats.name,
+        "parentSession": header.get("parentSession") if header else None,
+        "created": created,
+        "modified": modified,
+        "header": header,
+        "counts": {
+            "lines": p.lines + (1 if p.tail_problem else 0),
+            "entries": len(ix.order),
+            "messages": stats.messages,
+            "byType": dict(sorted(stats.by_type.items())),
+        },
+        "models": stats.models,
+        "tokens": stats.tokens,
+        "cost": round(stats.cost, 6),
+        "resumeLeaf": {"id": ix.resume, "folder": folder_of(ix.resume)} if ix.resume else None,
+        "leaves": [
+            {
+                "id": leaf,
+                "folder": folder_of(leaf),
+                "listed": leaf in listed,
+                "files": len(ix.numbered_path(leaf)),
+            }
+            for leaf in ix.all_leaves()
+        ],
+        "labels": ix.labels,
+        "problems": [pr.as_dict() for pr in s.problems()],
+    }
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)

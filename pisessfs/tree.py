@@ -1,0 +1,232 @@
+"""The id/parentId tree of one session, as Pi sees it, with the guards Pi lacks.
+
+This module owns the structure: which line wins for an id (the later one, as in Pi), each
+entry's effective parent (roots: null, self-parent, unknown parent, or a broken cycle),
+children in Pi's order (timestamp, then file order, invalid timestamps last), numbering of
+conversation entries along a path, the leaves and which of them ``leaves/`` lists, the
+resume leaf and labels. It never reads files and never renders.
+
+Appends are applied incrementally (:meth:`Index.add`) when they cannot change what is
+already known; anything else (a duplicate id, a parent that arrives after its child) asks
+the caller for a full rebuild, which is rare and correct.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator
+
+from .model import Entry, Problem
+
+_NO_TS = 1 << 62  # invalid timestamps sort last
+
+
+def _order_key(e: Entry) -> tuple[int, int]:
+    return (e.ts_ms if e.ts_ms is not None else _NO_TS, e.line)
+
+
+class NeedsRebuild(Exception):
+    """An appended entry changes the meaning of earlier ones; build the index anew."""
+
+
+class Index:
+    """Tree facts for a list of entries in file order."""
+
+    def __init__(self, entries: Iterable[Entry] = ()) -> None:
+        self.by_id: dict[str, Entry] = {}
+        self.order: list[Entry] = []  # winning entries, file order
+        self.parent: dict[str, str | None] = {}
+        self.children: dict[str, list[str]] = {}
+        self.roots: list[str] = []
+        self.num: dict[str, int] = {}  # numbered entries on the path root..id, inclusive
+        self.anchor: dict[str, str | None] = {}  # nearest numbered entry on that path
+        self.has_numbered_desc: set[str] = set()
+        self.leaves_by_anchor: dict[str | None, list[str]] = {}
+        self.labels: dict[str, str] = {}
+        self.resume: str | None = None
+        self.problems: list[Problem] = []
+        self._waiting: set[str] = set()  # unknown parent ids that orphans point at
+        self._build(list(entries))
+
+    # -- building ---------------------------------------------------------------------------
+
+    def _build(self, entries: list[Entry]) -> None:
+        seen: dict[str, Entry] = {}
+        for e in entries:
+            if e.id in seen:
+                first = seen[e.id]
+                self.problems.append(
+                    Problem(
+                        e.line,
+                        "duplicate-id",
+                        f"id {e.id} also on line {first.line}; line {e.line} wins, as in Pi",
+                    )
+                )
+            seen[e.id] = e
+        self.by_id = seen
+        self.order = [e for e in entries if seen[e.id] is e]
+        for e in self.order:
+            self.parent[e.id] = self._effective_parent(e)
+        self._break_cycles()
+        for e in self.order:
+            p = self.parent[e.id]
+            (self.children.setdefault(p, []) if p is not None else self.roots).append(e.id)
+        for kids in self.children.values():
+            kids.sort(key=lambda i: _order_key(self.by_id[i]))
+        self._number()
+        for e in entries:
+            self._note_meta(e)
+        if entries:
+            self.resume = entries[-1].id
+
+    def _effective_parent(self, e: Entry) -> str | None:
+        pid = e.parent_id
+        if pid is None:
+            return None
+        if pid == e.id:
+            self.problems.append(
+                Problem(e.line, "self-parent", f"{e.id} is its own parent: a root")
+            )
+            return None
+        if pid not in self.by_id:
+            self.problems.append(
+                Problem(e.line, "orphan", f"parent {pid} of {e.id} not found: shown as a root")
+            )
+            self._waiting.add(pid)
+            return None
+        return pid
+
+    def _break_cycles(self) -> None:
+        state: dict[str, int] = {}  # 1 = on the current walk, 2 = done
+        for start in self.order:
+            walk: list[str] = []
+            cur: str | None = start.id
+            while cur is not None and cur not in state:
+                state[cur] = 1
+                walk.append(cur)
+                cur = self.parent[cur]
+            if cur is not None and state[cur] == 1:
+                cycle = walk[walk.index(cur) :]
+                first = min(cycle, key=lambda i: self.by_id[i].line)
+                self.parent[first] = None
+                self.problems.append(
+                    Problem(
+                        self.by_id[first].line,
+                        "cycle",
+                        "parent cycle " + " -> ".join([*cycle, cur]) + f"; broken at {first}",
+                    )
+                )
+            for i in walk:
+                state[i] = 2
+
+    def _number(self) -> None:
+        stack = list(reversed(self.roots))
+        while stack:
+            eid = stack.pop()
+            self._place(self.by_id[eid])
+            stack.extend(reversed(self.children.get(eid, ())))
+
+    def _place(self, e: Entry) -> None:
+        """Number, anchor and leaf bookkeeping for ``e`` once its parent is placed."""
+        p = self.parent[e.id]
+        base = self.num[p] if p is not None else 0
+        up = self.anchor[p] if p is not None else None
+        self.num[e.id] = base + (1 if e.numbered else 0)
+        self.anchor[e.id] = e.id if e.numbered else up
+        if e.numbered and up is not None:
+            self.has_numbered_desc.add(up)
+        if e.id not in self.children:
+            self.leaves_by_anchor.setdefault(self.anchor[e.id], []).append(e.id)
+
+    def _note_meta(self, e: Entry) -> None:
+        if e.type == "label" and e.target_id is not None:
+            if e.note:
+                self.labels[e.target_id] = e.note
+            else:
+                self.labels.pop(e.target_id, None)
+
+    # -- appending --------------------------------------------------------------------------
+
+    def add(self, e: Entry) -> None:
+        """Apply one appended entry; raises :class:`NeedsRebuild` when it cannot."""
+        if e.id in self.by_id or e.id in self._waiting:
+            raise NeedsRebuild(e.id)
+        pid = e.parent_id
+        if pid is not None and pid != e.id and pid not in self.by_id:
+            raise NeedsRebuild(e.id)
+        self.by_id[e.id] = e
+        self.order.append(e)
+        p = self._effective_parent(e)
+        self.parent[e.id] = p
+        if p is None:
+            self.roots.append(e.id)
+        else:
+            kids = self.children.get(p)
+            if kids is None:
+                self._unleaf(p)
+                kids = self.children[p] = []
+            keys = [_order_key(self.by_id[i]) for i in kids]
+            kids.insert(bisect.bisect_right(keys, _order_key(e)), e.id)
+        self._place(e)
+        self._note_meta(e)
+        self.resume = e.id
+
+    def _unleaf(self, eid: str) -> None:
+        lst = self.leaves_by_anchor.get(self.anchor[eid])
+        if lst is not None and eid in lst:
+            lst.remove(eid)
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def is_leaf(self, eid: str) -> bool:
+        return eid in self.by_id and eid not in self.children
+
+    def listed_leaves(self) -> list[str]:
+        """Leaves that ``leaves/`` lists, in file order (DESIGN.md, "Leaves")."""
+        out: list[str] = []
+        any_numbered = any(a is not None for a, lst in self.leaves_by_anchor.items() if lst)
+        for anchor, lst in self.leaves_by_anchor.items():
+            if not lst or anchor in self.has_numbered_desc:
+                continue
+            if anchor is None and any_numbered:
+                continue  # an empty path is a strict prefix of every other
+            out.append(max(lst, key=lambda i: self.by_id[i].line))
+        out.sort(key=lambda i: self.by_id[i].line)
+        return out
+
+    def all_leaves(self) -> list[str]:
+        return [e.id for e in self.order if e.id not in self.children]
+
+    def path(self, eid: str) -> list[str]:
+        """Ids from the root to ``eid`` inclusive (cycles are already broken)."""
+        out: list[str] = []
+        cur: str | None = eid
+        while cur is not None:
+            out.append(cur)
+            cur = self.parent[cur]
+        out.reverse()
+        return out
+
+    def numbered_path(self, eid: str) -> list[str]:
+        """The conversation entries on the path root..eid: the numbered files of its folder."""
+        out: list[str] = []
+        cur = self.anchor.get(eid)
+        while cur is not None:
+            out.append(cur)
+            p = self.parent[cur]
+            cur = self.anchor[p] if p is not None else None
+        out.reverse()
+        return out
+
+    def walk(self) -> Iterator[tuple[str, int, bool]]:
+        """Pre-order (id, depth, is_last_sibling) over every root, children in Pi's order."""
+        stack: list[tuple[str, int, bool]] = [
+            (r, 0, i == len(self.roots) - 1) for i, r in enumerate(self.roots)
+        ][::-1]
+        while stack:
+            eid, depth, last = stack.pop()
+            yield eid, depth, last
+            kids = self.children.get(eid, [])
+            stack.extend(
+                (k, depth + 1, i == len(kids) - 1) for i, k in reversed(list(enumerate(kids)))
+            )

@@ -1,0 +1,391 @@
+"""What the sessions look like as a file system: the layout, here and only here.
+
+This module owns inode numbers, names, lookup, listings, attributes, file contents, link
+targets and extended attributes of every node of the mount (DESIGN.md, "Layout"). It is
+synchronous and FUSE-free: it raises the exceptions below, and ``fuse_ops`` turns them into
+errno. Parsing a session can block; :meth:`View.loader` tells the adapter when a request
+would, so that it can run that parse off the event loop first.
+
+Inode numbers are stable for the life of the mount: a node's key (kind, file, epoch, entry
+id, ...) maps to one number forever. Keys of entry-derived nodes carry the session's epoch,
+so a rewritten file never serves old bytes under an old inode.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from . import render, summary
+from .jsonl import decode_line
+from .model import Entry
+from .sessions import Loaded, Store, Unreadable
+
+log = logging.getLogger(__name__)
+
+ROOT_INO = 1
+SESSION_FILES = ("current", "leaves", "nodes", "tree.txt", "session.json", "session.jsonl")
+
+
+class ViewError(Exception):
+    """Base of the errors the adapter maps to errno (one table, in ``fuse_ops``)."""
+
+
+class NotFound(ViewError):
+    pass
+
+
+class NotADir(ViewError):
+    pass
+
+
+class IsADir(ViewError):
+    pass
+
+
+class Denied(ViewError):
+    """EACCES: the session cannot be read, or the file is not writable."""
+
+
+class NotALink(ViewError):
+    pass
+
+
+class Key(NamedTuple):
+    kind: str  # root proj sess leaves nodes current tree json jsonl edir msg
+    path: str = ""  # project folder or session file
+    epoch: int = 0
+    eid: str = ""
+    via: str = ""  # "leaves" or "nodes" for an entry folder
+    k: int = 0  # 0: the message file, n: its n-th image
+
+
+@dataclass(frozen=True, slots=True)
+class Attr:
+    """What ``stat`` shows; ``immutable`` nodes may be cached by the kernel for long."""
+
+    ino: int
+    mode: int
+    size: int
+    mtime_ns: int
+    nlink: int
+    immutable: bool
+
+
+_DIRS = frozenset({"root", "proj", "sess", "leaves", "nodes", "edir"})
+_SESSION_KIND = {
+    "current": "current",
+    "leaves": "leaves",
+    "nodes": "nodes",
+    "tree.txt": "tree",
+    "session.json": "json",
+    "session.jsonl": "jsonl",
+}
+
+
+class View:
+    """The mount's namespace over a :class:`Store`."""
+
+    def __init__(self, store: Store, render_cache_bytes: int = 64 << 20) -> None:
+        self.store = store
+        self._ino: dict[Key, int] = {Key("root"): ROOT_INO}
+        self._keys: list[Key] = [Key("none"), Key("root")]
+        self._cache: OrderedDict[Key, bytes] = OrderedDict()
+        self._cache_bytes = 0
+        self._cache_cap = render_cache_bytes
+
+    # -- inodes -----------------------------------------------------------------------------
+
+    def ino(self, key: Key) -> int:
+        n = self._ino.get(key)
+        if n is None:
+            n = self._ino[key] = len(self._keys)
+            self._keys.append(key)
+        return n
+
+    def key(self, ino: int) -> Key:
+        if 0 < ino < len(self._keys):
+            return self._keys[ino]
+        raise NotFound(ino)
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def loader(self, ino: int, attr_only: bool = False) -> Callable[[], object] | None:
+        """A blocking parse that must run before serving ``ino``, or None when none is due.
+
+        ``attr_only``: only the attributes are wanted, which a session folder has without
+        parsing (so ``ls -l`` of a project parses nothing).
+        """
+        key = self.key(ino)
+        if key.kind in ("root", "proj") or (attr_only and key.kind == "sess"):
+            return None
+        sf = self.store.session(key.path)
+        return sf.load if sf.needs_load() else None
+
+    def _session(self, key: Key) -> Loaded:
+        try:
+            s = self.store.session(key.path).load()
+        except Unreadable as err:
+            raise Denied(str(err)) from None
+        if key.kind in ("edir", "msg") and key.epoch != s.epoch:
+            raise NotFound(f"{key.path}: rewritten since this node was looked up")
+        return s
+
+    def _entry(self, s: Loaded, eid: str) -> Entry:
+        e = s.index.by_id.get(eid)
+        if e is None:
+            raise NotFound(eid)
+        return e
+
+    def _parsed(self, s: Loaded, e: Entry) -> dict[str, Any]:
+        d, _ = decode_line(s.raw(e))
+        return d if isinstance(d, dict) else {}
+
+    # -- names ------------------------------------------------------------------------------
+
+    def folder_name(self, s: Loaded, leaf: str) -> str:
+        """``<id>-<slug of the branch's last user message>`` (just ``<id>`` without one)."""
+        memo: dict[str, str] = s.memo.setdefault("folder", {})
+        name = memo.get(leaf)
+        if name is None:
+            text = ""
+            for nid in reversed(s.index.numbered_path(leaf)):
+                e = s.index.by_id[nid]
+                if e.kind == "user":
+                    msg = render.message_of(self._parsed(s, e))
+                    text = render.content_text(msg.get("content"))
+                    break
+            slug = render.slug(text)
+            name = memo[leaf] = render.sanitize(f"{leaf}-{slug}" if slug else leaf)
+        return name
+
+    def folder_of(self, s: Loaded, eid: str) -> str:
+        if s.index.is_leaf(eid):
+            return "leaves/" + self.folder_name(s, eid)
+        return "nodes/" + render.sanitize(eid)
+
+    def _leaf_by_name(self, s: Loaded, name: str) -> str:
+        ix = s.index
+        if ix.is_leaf(name):
+            return name
+        head = name.split("-", 1)[0]
+        for cand in (head, name.rsplit("-", 1)[0]):
+            if ix.is_leaf(cand) and self.folder_name(s, cand) == name:
+                return cand
+        # ids may contain "-" (UUIDs): fall back to the full table
+        for leaf in ix.all_leaves():
+            if self.folder_name(s, leaf) == name:
+                return leaf
+        raise NotFound(name)
+
+    def _files(self, s: Loaded, key: Key) -> list[tuple[str, Key]]:
+        """The numbered files (and images) of entry folder ``key``, in path order."""
+        memo: dict[str, list[tuple[str, Key]]] = s.memo.setdefault("files", {})
+        out = memo.get(key.eid)
+        if out is None:
+            ids = s.index.numbered_path(key.eid)
+            width = render.number_width(len(ids))
+            out = []
+            for nid in ids:
+                e = s.index.by_id[nid]
+                num, kind = s.index.num[nid], e.kind or "message"
+                msg_key = Key("msg", key.path, s.epoch, nid)
+                out.append((render.file_name(num, width, kind), msg_key))
+                for k, (ext, _) in enumerate(self._images(s, msg_key), start=1):
+                    out.append((render.image_name(num, width, kind, k, ext), msg_key._replace(k=k)))
+            memo[key.eid] = out
+        return out
+
+    # -- lookup and listing -----------------------------------------------------------------
+
+    def lookup(self, parent: int, name: str) -> Attr:
+        return self.getattr(self.ino(self._child(self.key(parent), name)))
+
+    def _child(self, key: Key, name: str) -> Key:
+        if name in (".", ".."):
+            raise NotFound(name)  # the kernel resolves these itself
+        kind = key.kind
+        if kind == "root":
+            for item in self.store.top():
+                if item.name == name:
+                    return Key("sess" if item.is_session else "proj", item.path)
+            raise NotFound(name)
+        if kind == "proj":
+            for item in self.store.sessions_in(key.path):
+                if item.name == name:
+                    return Key("sess", item.path)
+            raise NotFound(name)
+        if kind == "sess":
+            return self._session_child(key, name)
+        s = self._session(key)
+        if kind == "leaves":
+            return Key("edir", key.path, s.epoch, self._leaf_by_name(s, name), "leaves")
+        if kind == "nodes":
+            self._entry(s, name)
+            return Key("edir", key.path, s.epoch, name, "nodes")
+        if kind == "edir":
+            for fname, k in self._files(s, key):
+                if fname == name:
+                    return k
+            raise NotFound(name)
+        raise NotADir(name)
+
+    def _session_child(self, key: Key, name: str) -> Key:
+        sub = _SESSION_KIND.get(name)
+        if sub is None:
+            raise NotFound(name)
+        s = self._session(key)
+        if sub == "current" and s.index.resume is None:
+            raise NotFound(name)
+        return Key(sub, key.path)
+
+    def children(self, ino: int) -> list[tuple[str, Attr]]:
+        """A snapshot of a folder's entries with their attributes (readdirplus)."""
+        key = self.key(ino)
+        if key.kind not in _DIRS:
+            raise NotADir(ino)
+        return [(name, self.getattr(self.ino(k))) for name, k in self._list(key)]
+
+    def _list(self, key: Key) -> list[tuple[str, Key]]:
+        kind = key.kind
+        if kind == "root":
+            return [
+                (i.name, Key("sess" if i.is_session else "proj", i.path)) for i in self.store.top()
+            ]
+        if kind == "proj":
+            return [(i.name, Key("sess", i.path)) for i in self.store.sessions_in(key.path)]
+        s = self._session(key)
+        if kind == "sess":
+            names = SESSION_FILES if s.index.resume is not None else SESSION_FILES[1:]
+            return [(n, Key(_SESSION_KIND[n], key.path)) for n in names]
+        if kind == "leaves":
+            return [
+                (self.folder_name(s, leaf), Key("edir", key.path, s.epoch, leaf, "leaves"))
+                for leaf in self.listed(s)
+            ]
+        if kind == "nodes":
+            return []
+        return self._files(s, key)
+
+    def listed(self, s: Loaded) -> list[str]:
+        memo = s.memo
+        if "listed" not in memo:
+            memo["listed"] = s.index.listed_leaves()
+        listed: list[str] = memo["listed"]
+        return listed
+
+    # -- attributes -------------------------------------------------------------------------
+
+    def getattr(self, ino: int) -> Attr:
+        key = self.key(ino)
+        kind = key.kind
+        if kind in ("root", "proj", "sess"):
+            # From stat alone: listing a project parses nothing, and one unreadable session
+            # fails only when it is entered.
+            return self._dir_attr(ino, key.path or self.store.root, 0o555)
+        if kind in ("leaves", "nodes"):
+            self._session(key)
+            return self._dir_attr(ino, key.path, 0o555)
+        s = self._session(key)
+        if kind == "edir":
+            e = self._entry(s, key.eid)
+            return Attr(ino, stat.S_IFDIR | 0o755, 0, _ns(e), 2, True)
+        if kind == "msg":
+            e = self._entry(s, key.eid)
+            mode = 0o644 if e.kind == "user" and key.k == 0 else 0o444
+            return Attr(ino, stat.S_IFREG | mode, len(self.content(ino)), _ns(e), 1, True)
+        mtime = s.ident.mtime_ns if s.ident else 0
+        if kind == "current":
+            return Attr(ino, stat.S_IFLNK | 0o777, len(self.readlink(ino)), mtime, 1, False)
+        return Attr(ino, stat.S_IFREG | 0o444, len(self.content(ino)), mtime, 1, False)
+
+    def _dir_attr(self, ino: int, path: str, perm: int) -> Attr:
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except OSError:
+            raise NotFound(path) from None
+        return Attr(ino, stat.S_IFDIR | perm, 0, mtime, 2, False)
+
+    # -- contents ---------------------------------------------------------------------------
+
+    def content(self, ino: int) -> bytes:
+        """The whole bytes of a file node."""
+        key = self.key(ino)
+        if key.kind in _DIRS:
+            raise IsADir(ino)
+        s = self._session(key)
+        if key.kind == "jsonl":
+            return bytes(s.buf)
+        if key.kind in ("tree", "json"):
+            return self._session_text(s, key.kind)
+        if key.kind != "msg":
+            raise NotFound(ino)
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
+        if key.k:
+            images = self._images(s, key._replace(k=0))
+            data = images[key.k - 1][1] if key.k <= len(images) else b""
+        else:
+            data = render.render(self._parsed(s, self._entry(s, key.eid)))
+        self._remember(key, data)
+        return data
+
+    def _images(self, s: Loaded, key: Key) -> list[tuple[str, bytes]]:
+        return render.images(self._parsed(s, self._entry(s, key.eid)))
+
+    def _session_text(self, s: Loaded, kind: str) -> bytes:
+        memo = s.memo
+        if kind not in memo:
+            folder_of = lambda eid: self.folder_of(s, eid)  # noqa: E731
+            if kind == "tree":
+                memo[kind] = summary.tree_txt(s, folder_of)
+            else:
+                memo[kind] = summary.session_json(s, folder_of, set(self.listed(s)))
+        data: bytes = memo[kind]
+        return data
+
+    def _remember(self, key: Key, data: bytes) -> None:
+        self._cache[key] = data
+        self._cache_bytes += len(data)
+        while self._cache_bytes > self._cache_cap and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._cache_bytes -= len(old)
+
+    def read(self, ino: int, off: int, size: int) -> bytes:
+        return self.content(ino)[off : off + size]
+
+    def readlink(self, ino: int) -> bytes:
+        key = self.key(ino)
+        if key.kind != "current":
+            raise NotALink(ino)
+        s = self._session(key)
+        if s.index.resume is None:
+            raise NotFound(ino)
+        return self.folder_of(s, s.index.resume).encode()
+
+    # -- extended attributes ----------------------------------------------------------------
+
+    def xattrs(self, ino: int) -> dict[str, bytes]:
+        """``user.pi.*`` attributes: entry id on entry nodes, session id and file on sessions."""
+        key = self.key(ino)
+        if key.kind in ("edir", "msg"):
+            return {"user.pi.id": key.eid.encode()}
+        if key.kind == "sess":
+            s = self._session(key)
+            header = s.parser.header
+            return {
+                "user.pi.session": (header.session_id if header else "").encode(),
+                "user.pi.file": key.path.encode(),
+            }
+        return {}
+
+
+def _ns(e: Entry) -> int:
+    return (e.ts_ms or 0) * 1_000_000

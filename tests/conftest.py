@@ -1,0 +1,209 @@
+"""Shared test fixtures: fixture sessions, real mounts, and the Pi oracle.
+
+A test that needs FUSE or Node skips with the exact reason when they are missing; with
+``CI=true`` such a skip is a failure instead (DESIGN.md: the interop tests run in CI).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
+EXAMPLES = REPO / "pisessfs" / "examples" / "sessions"
+ORACLE = REPO / "tests" / "pi" / "oracle.mjs"
+PI_MODULE = (
+    REPO
+    / "node_modules"
+    / "@earendil-works"
+    / "pi-coding-agent"
+    / "dist"
+    / "core"
+    / "session-manager.js"
+)
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def need(ok: bool, why: str) -> None:
+    """Skip loudly with ``why``; in CI a missing capability fails the test instead."""
+    if ok:
+        return
+    if IN_CI:
+        pytest.fail(f"required in CI: {why}")
+    pytest.skip(why)
+
+
+def fuse_missing() -> str | None:
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse is missing: no real mount possible"
+    if shutil.which("fusermount3") is None:
+        return "fusermount3 is not installed (apt install fuse3)"
+    try:
+        import pyfuse3  # noqa: F401
+    except ImportError as err:
+        return f"pyfuse3 does not import: {err}"
+    return None
+
+
+def pi_missing() -> str | None:
+    if shutil.which("node") is None:
+        return "node is not installed: the Pi interop tests need it"
+    if not PI_MODULE.exists():
+        return "the pinned Pi package is not installed (run npm ci in the repo)"
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _no_unexpected_warnings(
+    request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+) -> Iterator[None]:
+    """Fail a test that logged a warning it did not expect (s3ql's habit)."""
+    caplog.set_level(logging.INFO)
+    yield
+    if request.node.get_closest_marker("warns"):
+        return
+    bad = [r for r in caplog.get_records("call") if r.levelno >= logging.WARNING]
+    assert not bad, "unexpected warnings: " + "; ".join(r.getMessage() for r in bad)
+
+
+# -- session files -----------------------------------------------------------------------------
+
+
+def fixture_files() -> list[Path]:
+    """Every Pi-written session we have: the shipped examples and ../shared/fixtures."""
+    files = sorted(EXAMPLES.rglob("*.jsonl"))
+    if SHARED_FIXTURES.is_dir():
+        files += sorted(SHARED_FIXTURES.rglob("*.jsonl"))
+    return files
+
+
+@pytest.fixture
+def sessions(tmp_path: Path) -> Path:
+    """A copy of all fixture sessions, nested like Pi's folder, safe to modify."""
+    root = tmp_path / "sessions"
+    root.mkdir()
+    for f in fixture_files():
+        if f.parent.name.startswith("--"):
+            dst = root / f.parent.name / f.name
+        else:
+            dst = root / "--fixtures--" / f.name
+        dst.parent.mkdir(exist_ok=True)
+        shutil.copyfile(f, dst)
+    return root
+
+
+# -- real mounts -------------------------------------------------------------------------------
+
+
+def mount_base() -> Path:
+    # Outside /tmp: vim and emacs skip their backups under /tmp (fuse-notes.md §2).
+    base = Path.home() / ".cache" / "pisessfs-tests"
+    base.mkdir(parents=True, exist_ok=True)
+    return base
+
+
+class Mount:
+    """A running ``pisessfs mount -f`` subprocess."""
+
+    def __init__(self, path: Path, proc: subprocess.Popen[str], log: Path) -> None:
+        self.path = path
+        self.proc = proc
+        self.log = log
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll ``cond`` until true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+@contextlib.contextmanager
+def mounted(sessions: Path, *extra: str) -> Iterator[Mount]:
+    """Mount ``sessions`` in a subprocess; always unmounts, even when the test fails."""
+    need(fuse_missing() is None, fuse_missing() or "")
+    mnt = mount_base() / uuid.uuid4().hex[:8]
+    mnt.mkdir()
+    log = mnt.with_suffix(".log")
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pisessfs.cli",
+                "mount",
+                "-f",
+                "--sessions",
+                str(sessions),
+                *extra,
+                str(mnt),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO,
+        )
+    m = Mount(mnt, proc, log)
+    try:
+        wait_for(lambda: os.path.ismount(mnt) or proc.poll() is not None, 20, "the mount")
+        assert proc.poll() is None, "mount exited early:\n" + m.log_text()
+        yield m
+    finally:
+        _unmount(m)
+
+
+def _unmount(m: Mount) -> None:
+    if os.path.ismount(m.path):
+        subprocess.run(["fusermount3", "-u", str(m.path)], capture_output=True)
+    try:
+        m.proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        m.proc.kill()
+        m.proc.wait()
+    if os.path.ismount(m.path):
+        subprocess.run(["fusermount3", "-u", "-z", str(m.path)], capture_output=True)
+    with contextlib.suppress(OSError):
+        m.path.rmdir()
+
+
+@pytest.fixture
+def mount(sessions: Path) -> Iterator[Mount]:
+    with mounted(sessions) as m:
+        yield m
+    assert m.proc.returncode == 0, "mount did not exit cleanly:\n" + m.log_text()
+    assert "Traceback" not in m.log_text(), m.log_text()
+
+
+# -- the Pi oracle -----------------------------------------------------------------------------
+
+
+def pi(*args: str) -> Any:
+    """Run the Pi oracle (``tests/pi/oracle.mjs``) and return its JSON answer."""
+    need(pi_missing() is None, pi_missing() or "")
+    out = subprocess.run(
+        ["node", str(ORACLE), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=True,
+    )
+    return json.loads(out.stdout)

@@ -1,0 +1,164 @@
+// The oracle of what the real Pi (npm @earendil-works/pi-coding-agent, pinned in package.json)
+// sees in a session file. Used by the Python interop tests; run `npm install` in the repo first.
+//
+//   node tests/pi/oracle.mjs FILE
+//       Prints one JSON object: {leafId, name, header, entries, leaves, branches, userTexts,
+//       labels, tree}, or {"error": "..."} when Pi cannot open FILE (exit status 0 either way).
+//   node tests/pi/oracle.mjs --append FILE PARENT_ID TEXT [COUNT]
+//       Like Pi would: branch(PARENT_ID), then COUNT (default 1) user messages, each a child of
+//       the previous. Prints the new ids as a JSON list.
+//
+// FILE should be a temp copy: Pi may rewrite it (v1/v2 migration, a missing final newline).
+//
+// Pi itself has no cycle guard: getBranch() on an entry whose ancestry loops (a self-parent, a
+// cycle) and getTree() on a tree where duplicate ids close a loop both run until memory is gone.
+// Where Pi would hang, the oracle says so instead: branches[leaf] = null and the leaf in
+// `hangs`, or {"error": "pi-hangs: ..."} when getTree() itself would loop.
+
+// The package's top-level entry needs Node 22; this module works under Node 20.
+import { SessionManager } from "../../node_modules/@earendil-works/pi-coding-agent/dist/core/session-manager.js";
+
+function userText(content) {
+	if (typeof content === "string") return content;
+	if (!Array.isArray(content)) return "";
+	return content
+		.filter((b) => b && b.type === "text")
+		.map((b) => b.text)
+		.join("\n\n");
+}
+
+// Would getTree() loop? Its nodes are keyed by id (a later duplicate wins) and every entry is
+// attached under its parent's node, so only duplicate ids can close a loop reachable from a root.
+function treeLoops(entries) {
+	const ids = new Set(entries.map((e) => e.id));
+	if (ids.size === entries.length) return null;
+	const kids = new Map(); // id -> child ids, as getTree() links them
+	const roots = [];
+	for (const e of entries) {
+		if (e.parentId === null || e.parentId === e.id || !ids.has(e.parentId)) roots.push(e.id);
+		else if (kids.has(e.parentId)) kids.get(e.parentId).push(e.id);
+		else kids.set(e.parentId, [e.id]);
+	}
+	const state = new Map(); // id -> 1 on the DFS path, 2 done
+	for (const root of roots) {
+		const stack = [[root, 0]];
+		while (stack.length) {
+			const top = stack[stack.length - 1];
+			const [id, i] = top;
+			if (i === 0) state.set(id, 1);
+			const next = (kids.get(id) ?? [])[i];
+			if (next === undefined) {
+				state.set(id, 2);
+				stack.pop();
+				continue;
+			}
+			top[1]++;
+			if (state.get(next) === 1) return next;
+			if (state.get(next) !== 2) stack.push([next, 0]);
+		}
+	}
+	return null;
+}
+
+// Would getBranch(id) loop? Walk the ancestry as Pi does (getEntry, parentId) with a guard.
+function branchLoops(sm, id) {
+	const seen = new Set();
+	for (let e = sm.getEntry(id); e; e = e.parentId ? sm.getEntry(e.parentId) : undefined) {
+		if (seen.has(e.id)) return true;
+		seen.add(e.id);
+	}
+	return false;
+}
+
+function describe(file) {
+	const sm = SessionManager.open(file);
+	const entries = sm.getEntries();
+	const loop = treeLoops(entries);
+	if (loop !== null) return { error: `pi-hangs: getTree() loops through duplicate id ${loop}` };
+	const roots = sm.getTree();
+
+	// Pre-order walk of getTree(), iterative (chains of 20,000 entries are fine).
+	const tree = [];
+	const leafSet = new Set();
+	const stack = roots.map((node) => [node, 0]).reverse();
+	while (stack.length) {
+		const [node, depth] = stack.pop();
+		tree.push({ id: node.entry.id, depth });
+		if (node.children.length === 0) leafSet.add(node.entry);
+		for (let i = node.children.length - 1; i >= 0; i--) stack.push([node.children[i], depth + 1]);
+	}
+	// Leaves in file order, each id once (with duplicate ids the tree holds the later entry).
+	const leaves = [...new Set(entries.filter((e) => leafSet.has(e)).map((e) => e.id))];
+
+	const branches = {};
+	const hangs = [];
+	for (const id of leaves) {
+		if (branchLoops(sm, id)) {
+			branches[id] = null;
+			hangs.push(id);
+		} else {
+			branches[id] = sm.getBranch(id).map((e) => e.id);
+		}
+	}
+
+	const userTexts = {};
+	const labels = {};
+	for (const e of entries) {
+		if (e.type === "message" && e.message?.role === "user") userTexts[e.id] = userText(e.message.content);
+		const label = sm.getLabel(e.id);
+		if (label !== undefined) labels[e.id] = label;
+	}
+
+	return {
+		leafId: sm.getLeafId(),
+		name: sm.getSessionName() ?? null,
+		header: sm.getHeader(),
+		entries: entries.map((e) => ({
+			id: e.id ?? null,
+			parentId: e.parentId ?? null,
+			type: e.type ?? null,
+			role: e.type === "message" ? (e.message?.role ?? null) : null,
+			timestamp: e.timestamp ?? null,
+		})),
+		leaves,
+		branches,
+		...(hangs.length ? { hangs } : {}),
+		userTexts,
+		labels,
+		tree,
+	};
+}
+
+function append(file, parentId, text, count = 1) {
+	const sm = SessionManager.open(file);
+	sm.branch(parentId);
+	const ids = [];
+	for (let i = 0; i < count; i++) {
+		ids.push(
+			sm.appendMessage({
+				role: "user",
+				content: [{ type: "text", text: text + (i > 0 ? ` ${i}` : "") }],
+				timestamp: Date.now(),
+			}),
+		);
+	}
+	return ids;
+}
+
+const args = process.argv.slice(2);
+const usage = "usage: oracle.mjs FILE | oracle.mjs --append FILE PARENT_ID TEXT [COUNT]";
+let result;
+try {
+	if (args[0] === "--append") {
+		if (args.length < 4 || args.length > 5) throw new Error(usage);
+		result = append(args[1], args[2], args[3], args[4] === undefined ? 1 : Number(args[4]));
+	} else {
+		if (args.length !== 1) throw new Error(usage);
+		result = describe(args[0]);
+	}
+} catch (err) {
+	result = { error: String(err?.message ?? err) };
+	if (result.error === usage) process.exitCode = 2;
+}
+// No process.exit(): let a large write to a pipe drain.
+process.stdout.write(`${JSON.stringify(result)}\n`);

@@ -1,0 +1,105 @@
+"""The pyfuse3 adapter awaited directly with fake request contexts: errno mapping, wrapping.
+
+Needs pyfuse3 installed (a dependency), but no mount and no /dev/fuse.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, cast
+
+import pyfuse3
+import pytest
+import trio
+
+from pisessfs.fuse_ops import Operations
+from pisessfs.sessions import Store
+from pisessfs.view import View
+from tests import damaged
+
+
+class Ctx:
+    uid = gid = pid = 0
+    umask = 0o022
+
+
+CTX = cast(pyfuse3.RequestContext, Ctx())
+
+
+def ops_for(tmp_path: Path, read_only: bool = False) -> Operations:
+    (tmp_path / "s.jsonl").write_bytes(damaged.good())
+    return Operations(View(Store(str(tmp_path))), read_only=read_only)
+
+
+def errno_of(call: Callable[[], Coroutine[Any, Any, object]]) -> int:
+    with pytest.raises(pyfuse3.FUSEError) as exc:
+        trio.run(call)
+    return int(exc.value.errno)
+
+
+def test_missing_name_is_enoent(tmp_path: Path) -> None:
+    ops = ops_for(tmp_path)
+    assert errno_of(lambda: ops.lookup(1, b"nope", CTX)) == errno.ENOENT
+
+
+def test_unexpected_exception_answers_eio_and_is_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    ops = ops_for(tmp_path)
+
+    def boom(*args: object) -> None:  # fault injection
+        raise ValueError("boom")
+
+    monkeypatch.setattr(ops.view, "lookup", boom)
+    with caplog.at_level(logging.ERROR):
+        assert errno_of(lambda: ops.lookup(1, b"s", CTX)) == errno.EIO
+    assert "boom" in caplog.text
+    caplog.clear()  # the error was the point of this test
+
+
+@pytest.mark.parametrize(("read_only", "want"), [(False, errno.EACCES), (True, errno.EROFS)])
+def test_writes_are_refused_with_the_contracts_errno(
+    tmp_path: Path, read_only: bool, want: int
+) -> None:
+    ops = ops_for(tmp_path, read_only)
+
+    async def open_tree() -> object:
+        sess = await ops.lookup(1, b"s", CTX)
+        tree = await ops.lookup(sess.st_ino, b"tree.txt", CTX)
+        return await ops.open(tree.st_ino, os.O_WRONLY, CTX)
+
+    assert errno_of(open_tree) == want
+
+
+def test_unknown_xattr_is_enoattr_and_known_ones_answer(tmp_path: Path) -> None:
+    ops = ops_for(tmp_path)
+
+    async def attrs() -> tuple[object, bytes]:
+        sess = await ops.lookup(1, b"s", CTX)
+        names = await ops.listxattr(sess.st_ino, CTX)
+        return names, await ops.getxattr(sess.st_ino, b"user.pi.session", CTX)
+
+    names, value = trio.run(attrs)
+    assert b"user.pi.file" in cast(list[bytes], names) and value == b"dmg"
+    assert errno_of(lambda: ops.getxattr(1, b"security.selinux", CTX)) == pyfuse3.ENOATTR
+
+
+def test_read_serves_the_rendered_bytes(tmp_path: Path) -> None:
+    ops = ops_for(tmp_path)
+
+    async def cat() -> bytes:
+        sess = await ops.lookup(1, b"s", CTX)
+        nodes = await ops.lookup(sess.st_ino, b"nodes", CTX)
+        node = await ops.lookup(nodes.st_ino, b"00000001", CTX)
+        f = await ops.lookup(node.st_ino, b"0002-user.md", CTX)
+        fi = await ops.open(f.st_ino, os.O_RDONLY, CTX)
+        data = await ops.read(fi.fh, 0, 4096)
+        await ops.release(fi.fh)
+        assert f.st_size == len(data)
+        return data
+
+    assert trio.run(cat) == b"message number 1\n"

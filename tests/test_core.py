@@ -1,0 +1,254 @@
+"""The core without FUSE, trio or Node: parsing, the tree, rendering, the layout.
+
+Needs nothing but Python; runs on any machine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from pisessfs import render
+from pisessfs.jsonl import Parser
+from pisessfs.sessions import SessionFile, Store, Unreadable
+from pisessfs.tree import Index
+from pisessfs.view import Denied, Key, NotFound, View
+from tests import damaged
+from tests.damaged import HEADER, line, user
+
+
+def parse(data: bytes) -> Parser:
+    p = Parser()
+    p.feed(data)
+    return p
+
+
+def index(data: bytes) -> Index:
+    p = parse(data)
+    return Index([*p.entries, *([p.tail] if p.tail else [])])
+
+
+def msg(eid: str, parent: str | None, etype: str = "label", sec: int = 1) -> dict[str, object]:
+    return {
+        "type": etype,
+        "id": eid,
+        "parentId": parent,
+        "targetId": parent,
+        "timestamp": f"2026-11-20T10:00:{sec:02d}.000Z",
+        "label": "x",
+    }
+
+
+def test_children_are_ordered_by_timestamp_then_file_order() -> None:
+    data = line(HEADER) + line(user("a", None, "root", 1)) + line(user("c", "a", "late", 9))
+    data += line(user("b", "a", "early", 5)) + line(user("d", "a", "tie", 9))
+    assert index(data).children["a"] == ["b", "c", "d"]
+
+
+def test_leaves_hide_strict_prefixes_and_earlier_duplicates() -> None:
+    data = line(HEADER) + line(user("a", None, "q1", 1)) + line(msg("l1", "a", sec=2))
+    data += (
+        line(user("b", "a", "q2", 3)) + line(msg("l2", "b", sec=4)) + line(msg("l3", "b", sec=5))
+    )
+    ix = index(data)
+    assert ix.all_leaves() == ["l1", "l2", "l3"]
+    # l1 shows [a] (a strict prefix of [a, b]); l2 and l3 both show [a, b]: the later wins
+    assert ix.listed_leaves() == ["l3"]
+    assert ix.numbered_path("l2") == ["a", "b"]
+    assert ix.num["l1"] == 1 and ix.num["b"] == 2
+
+
+def test_numbers_are_the_same_in_every_folder() -> None:
+    data = line(HEADER) + line(user("a", None, "q", 1)) + line(msg("m", "a", "model_change", 2))
+    data += line(user("b", "m", "x", 3)) + line(user("c", "m", "y", 4))
+    ix = index(data)
+    assert ix.numbered_path("b") == ["a", "b"] and ix.numbered_path("c") == ["a", "c"]
+    assert ix.num["b"] == ix.num["c"] == 2
+
+
+def test_cycle_is_broken_and_reported() -> None:
+    data, _ = damaged.cases()["cycle"]
+    ix = index(data)
+    assert [p.kind for p in ix.problems] == ["cycle"]
+    assert ix.path("0000000c") == ["0000000a", "0000000b", "0000000c"]
+
+
+def test_duplicate_id_later_line_wins_like_pi() -> None:
+    data, _ = damaged.cases()["duplicate-id"]
+    p = parse(data)
+    ix = Index(p.entries)
+    assert ix.by_id["00000001"].line == 5
+    assert ix.resume == "00000001"
+
+
+def test_v1_gets_stable_ids_that_cannot_clash_with_real_ones() -> None:
+    v1 = line({"type": "session", "id": "s", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/"})
+    v1 += line(
+        {
+            "type": "message",
+            "timestamp": "2026-01-01T00:00:01.000Z",
+            "message": {"role": "user", "content": "hi"},
+        }
+    )
+    v1 += line(
+        {
+            "type": "message",
+            "timestamp": "2026-01-01T00:00:02.000Z",
+            "message": {"role": "assistant", "content": []},
+        }
+    )
+    ix = index(v1)
+    assert [e.id for e in ix.order] == ["L2", "L3"]
+    assert ix.parent["L3"] == "L2" and ix.resume == "L3"
+    assert not any(c in "0123456789abcdef" for c in "L")
+
+
+def test_torn_tail_is_provisional_until_its_newline() -> None:
+    whole = damaged.good() + line(user("0000000a", "00000002", "tail"))
+    p = Parser()
+    p.feed(whole[:-1])  # the line is complete JSON but has no newline yet: Pi loads it
+    assert p.tail is not None and p.tail.id == "0000000a"
+    p.feed(whole)
+    assert p.tail is None and p.entries[-1].id == "0000000a"
+    assert len(p.entries) == 4
+
+
+def test_incremental_append_equals_a_full_parse(tmp_path: Path) -> None:
+    f = tmp_path / "s.jsonl"
+    data = damaged.good(5)
+    f.write_bytes(data[:200])
+    sf = Store(str(tmp_path)).session(str(f))
+    sf.load()
+    with f.open("ab") as out:
+        out.write(data[200:])
+    grown = sf.load()
+    whole = index(data)
+    assert [e.id for e in grown.index.order] == [e.id for e in whole.order]
+    assert grown.index.listed_leaves() == whole.listed_leaves()
+    assert grown.epoch == 0  # grown, not rewritten
+
+
+def test_rewritten_file_gets_a_new_epoch(tmp_path: Path) -> None:
+    f = tmp_path / "s.jsonl"
+    f.write_bytes(damaged.good(3))
+    sf = Store(str(tmp_path)).session(str(f))
+    assert sf.load().epoch == 0
+    f.write_bytes(damaged.good(4).replace(b"message number", b"MESSAGE NUMBER"))
+    assert sf.load().epoch == 1
+
+
+def test_user_file_is_exactly_the_text() -> None:
+    d = orjson.loads(line(user("a", None, "hello\n\nworld")))
+    assert render.render(d) == b"hello\n\nworld\n"
+    two = {
+        "type": "message",
+        "message": {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "one"},
+                {"type": "image", "data": "aGk=", "mimeType": "image/png"},
+                {"type": "text", "text": "two"},
+            ],
+        },
+    }
+    assert render.render(two) == b"one\n\ntwo\n"
+    assert render.images(two) == [("png", b"hi")]
+
+
+def test_assistant_file_shows_thinking_tools_model_and_abnormal_stop() -> None:
+    d = {
+        "type": "message",
+        "message": {
+            "role": "assistant",
+            "provider": "anthropic",
+            "model": "m1",
+            "stopReason": "error",
+            "errorMessage": "overloaded",
+            "content": [
+                {"type": "thinking", "thinking": "hmm", "thinkingSignature": "SIG"},
+                {"type": "thinking", "thinking": "", "redacted": True},
+                {"type": "text", "text": "Answer"},
+                {"type": "toolCall", "id": "t", "name": "bash", "arguments": {"command": "ls -la"}},
+            ],
+        },
+    }
+    text = render.render(d).decode()
+    assert "model: anthropic/m1" in text and "stop: error" in text and "overloaded" in text
+    assert "hmm" in text and "redacted" in text and "SIG" not in text
+    assert "Answer" in text and "ls -la" in text and "bash" in text
+
+
+def test_names_are_sanitised() -> None:
+    assert render.file_name(7, 4, "tool-a/b") == "0007-tool-a_b.md"
+    assert render.sanitize("-.x") == "x"
+    assert len(render.sanitize("é" * 300).encode()) <= 255
+    assert render.number_width(10_000) == 5
+
+
+@pytest.mark.warns
+def test_damaged_files_report_their_problems(tmp_path: Path) -> None:
+    store = Store(str(tmp_path))
+    for name, (path, kinds) in damaged.write_all(tmp_path / "d").items():
+        s = store.session(str(path)).load()
+        found = {p.kind for p in s.problems()}
+        assert kinds <= found, (name, found)
+
+
+def test_view_layout_of_a_session(tmp_path: Path) -> None:
+    (tmp_path / "--home-x--").mkdir()
+    f = tmp_path / "--home-x--" / "s1.jsonl"
+    data = line(HEADER) + line(user("aaaaaaaa", None, "First question", 1))
+    data += line(user("bbbbbbbb", "aaaaaaaa", "Second one", 2))
+    f.write_bytes(data)
+    v = View(Store(str(tmp_path)))
+    proj = v.lookup(1, "home-x").ino
+    sess = v.lookup(proj, "s1").ino
+    assert [n for n, _ in v.children(sess)] == [
+        "current",
+        "leaves",
+        "nodes",
+        "tree.txt",
+        "session.json",
+        "session.jsonl",
+    ]
+    cur = v.lookup(sess, "current").ino
+    assert v.readlink(cur) == b"leaves/bbbbbbbb-second-one"
+    leaves = v.lookup(sess, "leaves").ino
+    leaf = v.lookup(leaves, "bbbbbbbb-second-one").ino
+    assert v.lookup(leaves, "bbbbbbbb").ino == leaf  # the bare id resolves too
+    files = dict(v.children(leaf))
+    assert list(files) == ["0001-user.md", "0002-user.md"]
+    assert v.content(files["0002-user.md"].ino) == b"Second one\n"
+    assert files["0002-user.md"].size == len(b"Second one\n")
+    assert v.xattrs(leaf) == {"user.pi.id": b"bbbbbbbb"}
+    nodes = v.lookup(sess, "nodes").ino
+    assert v.children(nodes) == []
+    node = v.lookup(nodes, "aaaaaaaa").ino
+    assert [n for n, _ in v.children(node)] == ["0001-user.md"]
+    with pytest.raises(NotFound):
+        v.lookup(nodes, "cccccccc")
+    assert v.content(v.lookup(sess, "session.jsonl").ino) == data
+    assert v.key(leaf) == Key("edir", str(f), 0, "bbbbbbbb", "leaves")
+
+
+def test_unreadable_session_is_denied_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("ok", "locked"):
+        (tmp_path / f"{name}.jsonl").write_bytes(damaged.good())
+    real_read = SessionFile._read
+
+    def fake_read(self: SessionFile, offset: int) -> bytes:  # fault injection: EACCES
+        if self.path.endswith("locked.jsonl"):
+            raise Unreadable(self.path, PermissionError(13, "Permission denied"))
+        return real_read(self, offset)
+
+    monkeypatch.setattr(SessionFile, "_read", fake_read)
+    v = View(Store(str(tmp_path)))
+    locked = v.lookup(1, "locked").ino
+    with pytest.raises(Denied):
+        v.children(locked)
+    ok = v.lookup(1, "ok").ino
+    assert "leaves" in dict(v.children(ok))

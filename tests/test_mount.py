@@ -1,0 +1,151 @@
+"""Real mounts driven by the programs people use: ls, cat, grep, rg, find, stat, getfattr.
+
+Needs /dev/fuse and fusermount3 (skips loudly without them; fails in CI).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests import damaged
+from tests.conftest import Mount, mounted, need, wait_for
+
+
+def run(*cmd: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def session_dirs(m: Mount) -> list[Path]:
+    return sorted(p.parent for p in m.path.glob("*/*/session.jsonl"))
+
+
+def test_ls_lr_lists_every_session_and_leaf(mount: Mount, sessions: Path) -> None:
+    out = run("ls", "-lR", str(mount.path))
+    assert out.returncode == 0, out.stderr
+    assert len(session_dirs(mount)) == len(list(sessions.rglob("*.jsonl")))
+    assert "0001-" in out.stdout and "leaves" in out.stdout
+    assert "home-ana-src-app" in os.listdir(mount.path)  # "--x--" shown as "x"
+
+
+def test_every_file_has_an_exact_size(mount: Mount) -> None:
+    checked = 0
+    for dirpath, _dirs, files in os.walk(mount.path):
+        for name in files:
+            p = os.path.join(dirpath, name)
+            with open(p, "rb") as f:
+                data = f.read()
+            assert os.stat(p).st_size == len(data), p
+            checked += 1
+    assert checked > 100
+
+
+def test_cat_shows_user_text_and_current_resolves(mount: Mount) -> None:
+    s = mount.path / "fixtures" / "gen-a-branching-roles"
+    assert os.readlink(s / "current").startswith("leaves/a4e7d52e-")
+    first = (s / "current" / "0002-user.md").read_text()
+    assert first == "List the files and show me package.json\n"
+    png = (s / "current" / "0002-user.1.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_grep_r_finds_conversation_text_as_plain_text(mount: Mount) -> None:
+    out = run("grep", "-rl", "List the files and show me package.json", str(mount.path))
+    assert out.returncode == 0, out.stderr
+    hits = out.stdout.splitlines()
+    assert any(h.endswith("0002-user.md") for h in hits), hits
+    assert any(h.endswith("session.jsonl") for h in hits)
+
+
+def test_rg_finds_tool_output(mount: Mount) -> None:
+    need(shutil.which("rg") is not None, "ripgrep (rg) is not installed (apt install ripgrep)")
+    out = run("rg", "-l", "--no-messages", "naming the package", str(mount.path))
+    assert out.returncode == 0, out.stderr
+    assert any("assistant.md" in h for h in out.stdout.splitlines())
+
+
+def test_find_and_stat_show_images_and_entry_times(mount: Mount) -> None:
+    out = run("find", str(mount.path), "-name", "*.png")
+    assert out.returncode == 0 and out.stdout.strip(), out.stderr
+    f = mount.path / "fixtures" / "gen-a-branching-roles" / "current" / "0002-user.md"
+    mtime = run("stat", "-c", "%Y", str(f)).stdout.strip()
+    assert mtime == "1795168808"  # the entry's timestamp, 2026-11-20T10:00:08Z
+
+
+def test_getfattr_shows_pi_ids(mount: Mount) -> None:
+    need(shutil.which("getfattr") is not None, "getfattr is not installed (apt install attr)")
+    s = mount.path / "fixtures" / "gen-a-branching-roles"
+    out = run("getfattr", "-d", str(s / "current" / "0002-user.md"))
+    assert 'user.pi.id="3104d0be"' in out.stdout, out.stdout + out.stderr
+    out = run("getfattr", "-d", str(s))
+    assert 'user.pi.session="01a1f866-10e8-71c8-8d0f-5771efb15164"' in out.stdout
+    assert "user.pi.file=" in out.stdout
+
+
+def test_writes_to_the_view_are_refused(mount: Mount) -> None:
+    s = mount.path / "fixtures" / "gen-a-branching-roles"
+    for name in ("tree.txt", "session.json", "session.jsonl", "current/0003-assistant.md"):
+        with pytest.raises(PermissionError):
+            (s / name).write_text("x")
+
+
+def test_read_only_mount_answers_erofs(sessions: Path) -> None:
+    with mounted(sessions, "-o", "ro") as m:
+        target = m.path / "fixtures" / "gen-a-branching-roles" / "current" / "0002-user.md"
+        with pytest.raises(OSError) as exc:
+            target.write_text("x")
+        assert exc.value.errno == errno.EROFS
+
+
+@pytest.mark.warns
+def test_damaged_sessions_show_their_problems_and_the_mount_stays_up(
+    sessions: Path, tmp_path: Path
+) -> None:
+    cases = damaged.write_all(sessions / "--damaged--")
+    with mounted(sessions) as m:
+        for name, (_, kinds) in cases.items():
+            folder = m.path / "damaged" / name
+            doc = json.loads((folder / "session.json").read_text())
+            found = {p["kind"] for p in doc["problems"]}
+            assert kinds <= found, (name, found)
+            tree = (folder / "tree.txt").read_text()
+            for kind in kinds:
+                assert kind in tree, (name, kind)
+            assert run("ls", "-lR", str(folder)).returncode == 0
+        # the long chain is walked without recursion limits
+        chain = m.path / "damaged" / "long-chain" / "current"
+        assert len(os.listdir(chain)) == 20_000
+        # every other session still answers
+        ok = m.path / "fixtures" / "gen-b-compaction" / "current"
+        assert os.listdir(ok)
+    assert "Traceback" not in m.log_text()
+    assert "bom" in m.log_text()  # one warning line names the file and line
+
+
+def test_sigterm_unmounts_cleanly(sessions: Path) -> None:
+    with mounted(sessions) as m:
+        m.proc.send_signal(signal.SIGTERM)
+        assert m.proc.wait(timeout=20) == 0
+        assert not os.path.ismount(m.path)
+
+
+def test_kill_9_leaves_no_dead_mount(sessions: Path) -> None:
+    with mounted(sessions) as m:
+        os.listdir(m.path)
+        m.proc.kill()
+        m.proc.wait()
+        wait_for(lambda: not os.path.ismount(m.path), 10, "auto_unmount after kill -9")
+
+
+def test_umount_command_unmounts(sessions: Path) -> None:
+    with mounted(sessions) as m:
+        out = run("python", "-m", "pisessfs.cli", "umount", str(m.path))
+        assert out.returncode == 0, out.stderr
+        assert m.proc.wait(timeout=20) == 0

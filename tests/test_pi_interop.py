@@ -1,0 +1,93 @@
+"""What the mount shows, checked against the real Pi ``SessionManager`` (tests/pi/oracle.mjs).
+
+Needs a real mount (/dev/fuse) and node with the pinned Pi package (``npm ci``); skips
+loudly without them, fails in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pisessfs.model import CONVERSATION_TYPES
+from tests.conftest import Mount, pi
+
+Oracle = dict[str, Any]
+
+
+def files_in(folder: Path) -> list[Path]:
+    """The numbered message files of a leaf or node folder, in order (images left out)."""
+    return sorted(p for p in folder.iterdir() if p.name.endswith(".md"))
+
+
+def ids_in(folder: Path) -> list[str]:
+    return [os.getxattr(p, "user.pi.id").decode() for p in files_in(folder)]
+
+
+def conversation(oracle: Oracle, branch: list[str]) -> list[str]:
+    types = {e["id"]: e["type"] for e in oracle["entries"]}
+    return [i for i in branch if types[i] in CONVERSATION_TYPES]
+
+
+def ask_pi(real: Path, tmp_path: Path) -> Oracle:
+    copy = tmp_path / f"oracle-{real.name}"
+    shutil.copyfile(real, copy)  # Pi may migrate or repair the file it opens
+    answer: Oracle = pi(str(copy))
+    assert "error" not in answer, answer
+    return answer
+
+
+def session_folders(m: Mount) -> list[Path]:
+    return sorted(p.parent for p in m.path.glob("*/*/session.jsonl"))
+
+
+def real_file(folder: Path) -> Path:
+    return Path(os.getxattr(folder, "user.pi.file").decode())
+
+
+def test_every_leaf_folder_matches_pis_branch(mount: Mount, tmp_path: Path) -> None:
+    checked = 0
+    for folder in session_folders(mount):
+        oracle = ask_pi(real_file(folder), tmp_path)
+        doc = json.loads((folder / "session.json").read_text())
+        if doc["version"] in (2, 3):
+            checked += _check_tree_session(folder, oracle, doc)
+        else:
+            checked += _check_v1_session(folder, oracle)
+    assert checked >= 30, checked
+
+
+def _check_tree_session(folder: Path, oracle: Oracle, doc: dict[str, Any]) -> int:
+    assert sorted(leaf["id"] for leaf in doc["leaves"]) == sorted(oracle["leaves"]), folder
+    for leaf in oracle["leaves"]:
+        want = conversation(oracle, oracle["branches"][leaf])
+        assert ids_in(folder / "leaves" / leaf) == want, (folder, leaf)
+    for name in os.listdir(folder / "leaves"):
+        leaf = os.getxattr(folder / "leaves" / name, "user.pi.id").decode()
+        assert leaf in oracle["leaves"]
+    current = folder / "current"
+    assert os.getxattr(current, "user.pi.id").decode() == oracle["leafId"]
+    for p in files_in(current):
+        eid = os.getxattr(p, "user.pi.id").decode()
+        if eid in oracle["userTexts"]:
+            text = oracle["userTexts"][eid]
+            assert p.read_text() == (text if text.endswith("\n") else text + "\n"), p
+    return len(oracle["leaves"])
+
+
+def _check_v1_session(folder: Path, oracle: Oracle) -> int:
+    # Pi gives v1 entries random ids when it migrates; compare the sequence instead.
+    (leaf,) = oracle["leaves"]
+    want = conversation(oracle, oracle["branches"][leaf])
+    files = files_in(folder / "current")
+    assert len(files) == len(want), folder
+    roles = {e["id"]: e["role"] for e in oracle["entries"]}
+    for p, eid in zip(files, want, strict=True):
+        if roles[eid] == "user":
+            assert p.name.endswith("-user.md")
+            text = oracle["userTexts"][eid]
+            assert p.read_text() == (text if text.endswith("\n") else text + "\n"), p
+    return 1
