@@ -36,6 +36,12 @@ PI_MODULE = (
 )
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
+# Two example sessions the tests know by heart (pisessfs/examples, always present).
+RECIPE = "home-ana-src-recipe-box/2026-03-02T09-14-05-120Z_019cadd3-7fc0-75ea-a894-d2664c1f3463"
+RECIPE_ID = "019cadd3-7fc0-75ea-a894-d2664c1f3463"
+RECIPE_FIRST = "pytest fails on the ingredient parser since I added mixed numbers to the tests. "
+KANBAN = "home-ana-src-tiny-kanban/2026-03-04T19-32-40-512Z_019cba56-8dc0-75ea-a894-d26b7d9489c4"
+
 
 def need(ok: bool, why: str) -> None:
     """Skip loudly with ``why``; in CI a missing capability fails the test instead."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests import damaged
-from tests.conftest import Mount, mounted, need, wait_for
+from tests.conftest import KANBAN, RECIPE, RECIPE_FIRST, RECIPE_ID, Mount, mounted, need, wait_for
 
 
 def run(*cmd: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -32,7 +32,7 @@ def test_ls_lr_lists_every_session_and_leaf(mount: Mount, sessions: Path) -> Non
     assert out.returncode == 0, out.stderr
     assert len(session_dirs(mount)) == len(list(sessions.rglob("*.jsonl")))
     assert "0001-" in out.stdout and "leaves" in out.stdout
-    assert "home-ana-src-app" in os.listdir(mount.path)  # "--x--" shown as "x"
+    assert "home-ana-src-recipe-box" in os.listdir(mount.path)  # "--x--" shown as "x"
 
 
 def test_every_file_has_an_exact_size(mount: Mount) -> None:
@@ -48,49 +48,57 @@ def test_every_file_has_an_exact_size(mount: Mount) -> None:
 
 
 def test_cat_shows_user_text_and_current_resolves(mount: Mount) -> None:
-    s = mount.path / "fixtures" / "gen-a-branching-roles"
-    assert os.readlink(s / "current").startswith("leaves/a4e7d52e-")
+    s = mount.path / RECIPE
+    assert os.readlink(s / "current") == "leaves/74cc97d5-perfect-commit-it-please"
     first = (s / "current" / "0002-user.md").read_text()
-    assert first == "List the files and show me package.json\n"
-    png = (s / "current" / "0002-user.1.png").read_bytes()
+    assert first.startswith(RECIPE_FIRST) and first.endswith("\n")
+    png = (mount.path / KANBAN / "current" / "0002-user.1.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
 
 
 def test_grep_r_finds_conversation_text_as_plain_text(mount: Mount) -> None:
-    out = run("grep", "-rl", "List the files and show me package.json", str(mount.path))
+    out = run("grep", "-rl", "Grandma's recipes are full of them", str(mount.path))
     assert out.returncode == 0, out.stderr
     hits = out.stdout.splitlines()
-    assert any(h.endswith("0002-user.md") for h in hits), hits
+    assert any(
+        h.endswith("/leaves/96ce5b75-nice-can-you-also-support-unicode/0013-user.md") for h in hits
+    ), hits
     assert any(h.endswith("session.jsonl") for h in hits)
 
 
 def test_rg_finds_tool_output(mount: Mount) -> None:
     need(shutil.which("rg") is not None, "ripgrep (rg) is not installed (apt install ripgrep)")
-    out = run("rg", "-l", "--no-messages", "naming the package", str(mount.path))
+    out = run(
+        "rg",
+        "-l",
+        "--no-messages",
+        "parser: mixed numbers and unicode fractions",
+        str(mount.path / RECIPE),
+    )
     assert out.returncode == 0, out.stderr
-    assert any("assistant.md" in h for h in out.stdout.splitlines())
+    assert any(h.endswith("0022-tool-bash.md") for h in out.stdout.splitlines()), out.stdout
 
 
 def test_find_and_stat_show_images_and_entry_times(mount: Mount) -> None:
     out = run("find", str(mount.path), "-name", "*.png")
-    assert out.returncode == 0 and out.stdout.strip(), out.stderr
-    f = mount.path / "fixtures" / "gen-a-branching-roles" / "current" / "0002-user.md"
+    assert out.returncode == 0 and "0002-user.1.png" in out.stdout, out.stderr
+    f = mount.path / RECIPE / "current" / "0002-user.md"
     mtime = run("stat", "-c", "%Y", str(f)).stdout.strip()
-    assert mtime == "1795168808"  # the entry's timestamp, 2026-11-20T10:00:08Z
+    assert mtime == "1772442914"  # the entry's timestamp, 2026-03-02T09:15:14.769Z
 
 
 def test_getfattr_shows_pi_ids(mount: Mount) -> None:
     need(shutil.which("getfattr") is not None, "getfattr is not installed (apt install attr)")
-    s = mount.path / "fixtures" / "gen-a-branching-roles"
+    s = mount.path / RECIPE
     out = run("getfattr", "-d", str(s / "current" / "0002-user.md"))
-    assert 'user.pi.id="3104d0be"' in out.stdout, out.stdout + out.stderr
+    assert 'user.pi.id="6d3daba2"' in out.stdout, out.stdout + out.stderr
     out = run("getfattr", "-d", str(s))
-    assert 'user.pi.session="01a1f866-10e8-71c8-8d0f-5771efb15164"' in out.stdout
+    assert f'user.pi.session="{RECIPE_ID}"' in out.stdout
     assert "user.pi.file=" in out.stdout
 
 
 def test_writes_to_the_view_are_refused(mount: Mount) -> None:
-    s = mount.path / "fixtures" / "gen-a-branching-roles"
+    s = mount.path / RECIPE
     for name in ("tree.txt", "session.json", "session.jsonl", "current/0003-assistant.md"):
         with pytest.raises(PermissionError):
             (s / name).write_text("x")
@@ -98,7 +106,7 @@ def test_writes_to_the_view_are_refused(mount: Mount) -> None:
 
 def test_read_only_mount_answers_erofs(sessions: Path) -> None:
     with mounted(sessions, "-o", "ro") as m:
-        target = m.path / "fixtures" / "gen-a-branching-roles" / "current" / "0002-user.md"
+        target = m.path / RECIPE / "current" / "0002-user.md"
         with pytest.raises(OSError) as exc:
             target.write_text("x")
         assert exc.value.errno == errno.EROFS
@@ -123,7 +131,7 @@ def test_damaged_sessions_show_their_problems_and_the_mount_stays_up(
         chain = m.path / "damaged" / "long-chain" / "current"
         assert len(os.listdir(chain)) == 20_000
         # every other session still answers
-        ok = m.path / "fixtures" / "gen-b-compaction" / "current"
+        ok = m.path / KANBAN / "current"
         assert os.listdir(ok)
     assert "Traceback" not in m.log_text()
     assert "bom" in m.log_text()  # one warning line names the file and line

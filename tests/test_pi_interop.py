@@ -57,7 +57,7 @@ def test_every_leaf_folder_matches_pis_branch(mount: Mount, tmp_path: Path) -> N
             checked += _check_tree_session(folder, oracle, doc)
         else:
             checked += _check_v1_session(folder, oracle)
-    assert checked >= 30, checked
+    assert checked >= 7, checked  # the examples alone have 7 leaves
 
 
 def _check_tree_session(folder: Path, oracle: Oracle, doc: dict[str, Any]) -> int:
