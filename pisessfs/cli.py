@@ -71,6 +71,13 @@ def _common(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="parsed sessions kept in memory, in MiB of session files (default 1024)",
     )
+    p.add_argument(
+        "--max-message-mb",
+        type=float,
+        default=8,
+        metavar="N",
+        help="largest message a save may append, in MiB (default 8)",
+    )
     p.add_argument("--log", metavar="FILE", help="log file when running in the background")
 
 
@@ -110,6 +117,7 @@ def mount(args: argparse.Namespace) -> int:
         allow_other=args.allow_other,
         debug_fuse=args.debug_fuse,
         cache_mb=args.cache_mb,
+        max_message_bytes=int(args.max_message_mb * (1 << 20)),
     )
     if not args.foreground and _daemonize(mnt, args.log):
         if args.command == "demo":

@@ -21,6 +21,8 @@ import pyfuse3
 import trio
 
 from . import view as v
+from . import writer
+from .edits import Editor, Job
 from .sessions import Unreadable
 
 log = logging.getLogger(__name__)
@@ -32,7 +34,16 @@ ERRNO: dict[type[Exception], int] = {
     v.IsADir: errno.EISDIR,
     v.Denied: errno.EACCES,
     v.NotALink: errno.EINVAL,
+    v.NotPermitted: errno.EPERM,
+    v.Exists: errno.EEXIST,
+    v.CrossFolder: errno.EXDEV,
+    v.Invalid: errno.EINVAL,
     Unreadable: errno.EACCES,
+    writer.ReadOnlySession: errno.EROFS,
+    writer.NotUtf8: errno.EILSEQ,
+    writer.TooBig: errno.EFBIG,
+    writer.Locked: errno.EBUSY,
+    writer.Stale: errno.ESTALE,
 }
 
 #: Kernel cache lifetimes: immutable nodes (entry folders, message files) for an hour;
@@ -65,19 +76,24 @@ def handler(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[An
 
 
 def _errno_of(exc: Exception) -> int:
-    for cls, code in ERRNO.items():
-        if isinstance(exc, cls):
-            return code
+    for cls in type(exc).__mro__:  # the most specific class in the table wins
+        if cls in ERRNO:
+            return ERRNO[cls]
     return errno.EIO
 
 
 class Operations(pyfuse3.Operations):
     """pyfuse3 handlers over a view; state lives in the view, handles in two small maps."""
 
-    def __init__(self, view: v.View, read_only: bool = True) -> None:
+    def __init__(
+        self, view: v.View, read_only: bool = False, cap: int = writer.DEFAULT_CAP
+    ) -> None:
         super().__init__()
         self.view = view
+        self.editor = Editor(view, cap)
         self.read_only = read_only
+        self._locks: dict[str, trio.Lock] = {}
+        self._send, self._recv = trio.open_memory_channel[tuple[int, str | None]](10_000)
         self.uid = os.getuid()
         self.gid = os.getgid()
         self._fh = itertools.count(1)
@@ -114,7 +130,7 @@ class Operations(pyfuse3.Operations):
     @handler
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         await self._ready(inode, attr_only=True)
-        return self._entry(self.view.getattr(inode))
+        return self._entry(self.editor.attr(inode))
 
     @handler
     async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
@@ -143,25 +159,23 @@ class Operations(pyfuse3.Operations):
     @handler
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         await self._ready(inode)
-        if flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND):
-            raise pyfuse3.FUSEError(self._refuse_write(inode))
+        fh = next(self._fh)
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND) and self.read_only:
+            raise pyfuse3.FUSEError(errno.EROFS)
+        if self.editor.open(fh, inode, flags):
+            # Written files bypass the page cache: what a reader sees is always our bytes.
+            return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
         attr = self.view.getattr(inode)
         # Files that change as the session grows are read from a snapshot taken here, so a
         # reader holding them open sees one consistent version.
         snapshot = None if attr.immutable else self.view.content(inode)
-        fh = next(self._fh)
         self._files[fh] = (inode, snapshot)
         return pyfuse3.FileInfo(fh=fh, keep_cache=attr.immutable)
 
-    def _refuse_write(self, inode: int) -> int:
-        if self.read_only:
-            log.info("write to inode %d refused: the mount is read-only (-o ro)", inode)
-            return errno.EROFS
-        log.info("write to inode %d refused: this file is not writable", inode)
-        return errno.EACCES
-
     @handler
     async def read(self, fh: int, off: int, size: int) -> bytes:
+        if self.editor.owns(fh):
+            return self.editor.read(fh, off, size)
         inode, snapshot = self._files[fh]
         if snapshot is not None:
             return snapshot[off : off + size]
@@ -169,12 +183,141 @@ class Operations(pyfuse3.Operations):
         return self.view.read(inode, off, size)
 
     @handler
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        return self.editor.write(fh, off, buf)
+
+    @handler
+    async def create(
+        self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: pyfuse3.RequestContext
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        await self._ready(parent_inode)
+        fh = next(self._fh)
+        attr = self.editor.create(fh, parent_inode, os.fsdecode(name), mode)
+        self._drain()
+        return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False), self._entry(attr)
+
+    @handler
+    async def symlink(
+        self, parent_inode: int, name: bytes, target: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        await self._ready(parent_inode)
+        attr = self.editor.symlink(parent_inode, os.fsdecode(name), target)
+        self._drain()
+        return self._entry(attr)
+
+    @handler
+    async def mkdir(
+        self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        log.warning("mkdir %r refused (EACCES): folders are the sessions' own", name)
+        raise pyfuse3.FUSEError(errno.EACCES)
+
+    @handler
+    async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        await self._ready(parent_inode)
+        self.editor.unlink(parent_inode, os.fsdecode(name))
+        self._drain()
+
+    @handler
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        log.warning("rmdir %r refused (EPERM): sessions are append-only", name)
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    @handler
+    async def rename(  # noqa: PLR0917 (pyfuse3 signature)
+        self,
+        parent_inode_old: int,
+        name_old: bytes,
+        parent_inode_new: int,
+        name_new: bytes,
+        flags: int,
+        ctx: pyfuse3.RequestContext,
+    ) -> None:
+        await self._ready(parent_inode_old)
+        await self._ready(parent_inode_new)
+        job = self.editor.rename(
+            parent_inode_old, os.fsdecode(name_old), parent_inode_new, os.fsdecode(name_new), flags
+        )
+        await self._run(job)
+
+    @handler
+    async def setattr(
+        self,
+        inode: int,
+        attr: pyfuse3.EntryAttributes,
+        fields: pyfuse3.SetattrFields,
+        fh: int | None,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
+        await self._ready(inode)
+        a = self.editor.setattr(
+            inode,
+            fh,
+            attr.st_size if fields.update_size else None,
+            attr.st_mode if fields.update_mode else None,
+            attr.st_mtime_ns if fields.update_mtime else None,
+        )
+        return self._entry(a)
+
+    @handler
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        await self._run(self.editor.prepare(fh))
+
+    @handler
     async def flush(self, fh: int) -> None:
-        return None
+        # The commit point: errors here reach the program's close() (release's are lost).
+        await self._run(self.editor.prepare(fh))
 
     @handler
     async def release(self, fh: int) -> None:
         self._files.pop(fh, None)
+        if not self.editor.owns(fh):
+            return
+        try:
+            await self._run(self.editor.release(fh))
+        except Exception:
+            log.exception("release: the last commit failed")
+        finally:
+            self.editor.close(fh)
+            self._drain()
+
+    async def _run(self, job: Job | None) -> None:
+        """Write a prepared commit off the event loop, retrying when another writer raced."""
+        if job is None:
+            return
+        lock = self._locks.setdefault(job.binding.path, trio.Lock())
+        async with lock:
+            for _ in range(5):
+                try:
+                    await trio.to_thread.run_sync(writer.write, job.pending)
+                    break
+                except writer.Grew:
+                    job = self.editor.again(job)
+            else:
+                raise writer.Stale(job.binding.path, "the file kept growing")
+            self.editor.finish(job)
+        self._drain()
+
+    def _drain(self) -> None:
+        """Queue the kernel invalidations the core asked for (never done inside a handler)."""
+        for item in self.view.invalidations:
+            try:
+                self._send.send_nowait(item)
+            except trio.WouldBlock:
+                log.warning("invalidation queue full: the kernel may serve stale data briefly")
+                break
+        self.view.invalidations.clear()
+
+    async def invalidator(self) -> None:
+        """Drops kernel caches the core says changed; runs beside ``pyfuse3.main``."""
+        async for ino, name in self._recv:
+            try:
+                if name is None:
+                    await trio.to_thread.run_sync(pyfuse3.invalidate_inode, ino, False)
+                else:
+                    pyfuse3.invalidate_entry_async(ino, os.fsencode(name), ignore_enoent=True)
+            except OSError as err:
+                log.debug("invalidate %d %r: %s", ino, name, err)
 
     @handler
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:

@@ -32,6 +32,7 @@ class MountOptions:
     allow_other: bool = False
     debug_fuse: bool = False
     cache_mb: int = 1024
+    max_message_bytes: int = 8 << 20
 
 
 def fuse_options(opts: MountOptions) -> set[str]:
@@ -49,7 +50,7 @@ def fuse_options(opts: MountOptions) -> set[str]:
 def run(opts: MountOptions) -> None:
     """Mount and serve until unmounted or signalled; raises RuntimeError if mounting fails."""
     store = Store(opts.sessions, cache_bytes=opts.cache_mb << 20)
-    ops = Operations(View(store), read_only=opts.read_only)
+    ops = Operations(View(store), read_only=opts.read_only, cap=opts.max_message_bytes)
     # Block the signals until the loop runs: a SIGINT between init and main would otherwise
     # leave the mount behind (s3ql's lesson).
     blocked = {signal.SIGINT, signal.SIGTERM}
@@ -59,14 +60,14 @@ def run(opts: MountOptions) -> None:
     faulthandler.register(signal.SIGUSR1)  # dump stacks of a stuck mount: kill -USR1 <pid>
     clean = False
     try:
-        trio.run(_serve, blocked)
+        trio.run(_serve, ops, blocked)
         clean = True
     finally:
         pyfuse3.close(unmount=clean)
         log.info("unmounted %s", opts.mountpoint)
 
 
-async def _serve(blocked: set[signal.Signals]) -> None:
+async def _serve(ops: Operations, blocked: set[signal.Signals]) -> None:
     def stop(signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: unmounting", signum)
         pyfuse3.terminate()
@@ -74,4 +75,7 @@ async def _serve(blocked: set[signal.Signals]) -> None:
     for sig in blocked:
         signal.signal(sig, stop)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
-    await pyfuse3.main()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ops.invalidator)
+        await pyfuse3.main()
+        nursery.cancel_scope.cancel()

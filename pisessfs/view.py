@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 from . import render, summary
 from .jsonl import decode_line
 from .model import Entry
+from .scratch import Node, Overlay
 from .sessions import Loaded, Store, Unreadable
 
 log = logging.getLogger(__name__)
@@ -56,13 +57,29 @@ class NotALink(ViewError):
     pass
 
 
+class NotPermitted(ViewError):
+    """EPERM: deleting or renaming a message file for real."""
+
+
+class Exists(ViewError):
+    pass
+
+
+class CrossFolder(ViewError):
+    """EXDEV: a message file renamed into another folder."""
+
+
+class Invalid(ViewError):
+    pass
+
+
 class Key(NamedTuple):
-    kind: str  # root proj sess leaves nodes current tree json jsonl edir msg
+    kind: str  # root proj sess leaves nodes current tree json jsonl edir msg scratch
     path: str = ""  # project folder or session file
     epoch: int = 0
     eid: str = ""
     via: str = ""  # "leaves" or "nodes" for an entry folder
-    k: int = 0  # 0: the message file, n: its n-th image
+    k: int = 0  # 0: the message file, n: its n-th image; a scratch node's serial
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +115,11 @@ class View:
         self._cache: OrderedDict[Key, bytes] = OrderedDict()
         self._cache_bytes = 0
         self._cache_cap = render_cache_bytes
+        self.overlays: dict[Key, Overlay] = {}  # entry folder -> its scratch layer
+        self.nodes: dict[int, Node] = {}  # scratch inode -> node
+        self._serial = 0
+        # Kernel caches to drop, drained by the adapter: (inode, None) or (parent, name).
+        self.invalidations: list[tuple[int, str | None]] = []
 
     # -- inodes -----------------------------------------------------------------------------
 
@@ -122,10 +144,14 @@ class View:
         parsing (so ``ls -l`` of a project parses nothing).
         """
         key = self.key(ino)
-        if key.kind in ("root", "proj") or (attr_only and key.kind == "sess"):
+        if key.kind in ("root", "proj", "scratch") or (attr_only and key.kind == "sess"):
             return None
         sf = self.store.session(key.path)
         return sf.load if sf.needs_load() else None
+
+    def session(self, key: Key) -> Loaded:
+        """The parsed session a node belongs to, brought up to date."""
+        return self._session(key)
 
     def _session(self, key: Key) -> Loaded:
         try:
@@ -170,17 +196,20 @@ class View:
         return "nodes/" + render.sanitize(eid)
 
     def _leaf_by_name(self, s: Loaded, name: str) -> str:
-        ix = s.index
-        if ix.is_leaf(name):
+        """The entry of a ``leaves/`` name: ``<id>`` or ``<id>-<slug>``.
+
+        A former leaf (one that has children now) still resolves by its old name, so a path
+        a shell or an editor holds keeps working after a commit below it.
+        """
+        by_id = s.index.by_id
+        if name in by_id:
             return name
-        head = name.split("-", 1)[0]
-        for cand in (head, name.rsplit("-", 1)[0]):
-            if ix.is_leaf(cand) and self.folder_name(s, cand) == name:
+        cut = name.find("-")
+        while cut > 0:  # ids may contain "-" themselves (UUIDs): try each cut
+            cand = name[:cut]
+            if cand in by_id and self.folder_name(s, cand) == name:
                 return cand
-        # ids may contain "-" (UUIDs): fall back to the full table
-        for leaf in ix.all_leaves():
-            if self.folder_name(s, leaf) == name:
-                return leaf
+            cut = name.find("-", cut + 1)
         raise NotFound(name)
 
     def _files(self, s: Loaded, key: Key) -> list[tuple[str, Key]]:
@@ -204,7 +233,19 @@ class View:
     # -- lookup and listing -----------------------------------------------------------------
 
     def lookup(self, parent: int, name: str) -> Attr:
-        return self.getattr(self.ino(self._child(self.key(parent), name)))
+        key = self.key(parent)
+        ov = self.overlays.get(key)
+        if ov is not None:
+            node = ov.names.get(name)
+            if node is not None:
+                return self.getattr(node.ino)
+            if name in ov.whiteouts:
+                raise NotFound(name)
+        return self.getattr(self.ino(self._child(key, name)))
+
+    def child_key(self, parent: int, name: str) -> Key:
+        """The key a name resolves to below the scratch layer (for rename and unlink)."""
+        return self._child(self.key(parent), name)
 
     def _child(self, key: Key, name: str) -> Key:
         if name in (".", ".."):
@@ -222,6 +263,8 @@ class View:
             raise NotFound(name)
         if kind == "sess":
             return self._session_child(key, name)
+        if kind == "scratch":
+            raise NotADir(name)
         s = self._session(key)
         if kind == "leaves":
             return Key("edir", key.path, s.epoch, self._leaf_by_name(s, name), "leaves")
@@ -249,7 +292,12 @@ class View:
         key = self.key(ino)
         if key.kind not in _DIRS:
             raise NotADir(ino)
-        return [(name, self.getattr(self.ino(k))) for name, k in self._list(key)]
+        ov = self.overlays.get(key)
+        if ov is None:
+            return [(name, self.getattr(self.ino(k))) for name, k in self._list(key)]
+        hidden = ov.whiteouts | ov.names.keys()
+        out = [(n, self.getattr(self.ino(k))) for n, k in self._list(key) if n not in hidden]
+        return out + [(n, self.getattr(node.ino)) for n, node in ov.names.items()]
 
     def _list(self, key: Key) -> list[tuple[str, Key]]:
         kind = key.kind
@@ -284,6 +332,10 @@ class View:
     def getattr(self, ino: int) -> Attr:
         key = self.key(ino)
         kind = key.kind
+        if kind == "scratch":
+            node = self.nodes[ino]
+            size = len(node.target if node.is_link else node.data)
+            return Attr(ino, node.mode, size, node.mtime_ns, 1, False)
         if kind in ("root", "proj", "sess"):
             # From stat alone: listing a project parses nothing, and one unreadable session
             # fails only when it is entered.
@@ -318,6 +370,8 @@ class View:
         key = self.key(ino)
         if key.kind in _DIRS:
             raise IsADir(ino)
+        if key.kind == "scratch":
+            return bytes(self.nodes[ino].data)
         s = self._session(key)
         if key.kind == "jsonl":
             return bytes(s.buf)
@@ -363,12 +417,67 @@ class View:
 
     def readlink(self, ino: int) -> bytes:
         key = self.key(ino)
+        node = self.nodes.get(ino)
+        if node is not None and node.is_link:
+            return node.target
         if key.kind != "current":
             raise NotALink(ino)
         s = self._session(key)
         if s.index.resume is None:
             raise NotFound(ino)
         return self.folder_of(s, s.index.resume).encode()
+
+    # -- the scratch layer ----------------------------------------------------------------
+
+    def new_node(self, mode: int) -> Node:
+        self._serial += 1
+        node = Node(self.ino(Key("scratch", k=self._serial)), mode)
+        self.nodes[node.ino] = node
+        return node
+
+    def link(self, node: Node, folder: Key, name: str) -> None:
+        """Show ``node`` as ``name`` in ``folder`` (replacing a scratch node of that name)."""
+        ov = self.overlays.setdefault(folder, Overlay())
+        old = ov.names.get(name)
+        if old is not None and old is not node:
+            self.unlink(old, folder, name)
+        ov.names[name] = node
+        node.links.add((folder, name))
+        self._changed_entry(folder, name)
+
+    def unlink(self, node: Node, folder: Key, name: str) -> None:
+        ov = self.overlays.get(folder)
+        if ov is not None and ov.names.get(name) is node:
+            del ov.names[name]
+        node.links.discard((folder, name))
+        self._changed_entry(folder, name)
+
+    def unlink_everywhere(self, node: Node) -> None:
+        for folder, name in list(node.links):
+            self.unlink(node, folder, name)
+
+    def whiteout(self, folder: Key, name: str, on: bool) -> None:
+        ov = self.overlays.setdefault(folder, Overlay())
+        (ov.whiteouts.add if on else ov.whiteouts.discard)(name)
+        self._changed_entry(folder, name)
+
+    def _changed_entry(self, folder: Key, name: str) -> None:
+        n = self._ino.get(folder)
+        if n is not None:
+            self.invalidations.append((n, name))
+
+    def changed_session(self, path: str) -> None:
+        """The session file changed: drop the kernel's view of what depends on the whole."""
+        for kind in ("sess", "leaves", "current", "tree", "json", "jsonl"):
+            n = self._ino.get(Key(kind, path))
+            if n is not None:
+                self.invalidations.append((n, None))
+        sess = self._ino.get(Key("sess", path))
+        if sess is not None:
+            self.invalidations.append((sess, "current"))
+
+    def changed_inode(self, ino: int) -> None:
+        self.invalidations.append((ino, None))
 
     # -- extended attributes ----------------------------------------------------------------
 
@@ -377,6 +486,8 @@ class View:
         key = self.key(ino)
         if key.kind in ("edir", "msg"):
             return {"user.pi.id": key.eid.encode()}
+        if key.kind == "scratch":
+            return {}
         if key.kind == "sess":
             s = self._session(key)
             header = s.parser.header

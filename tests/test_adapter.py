@@ -61,6 +61,7 @@ def test_unexpected_exception_answers_eio_and_is_logged(
     caplog.clear()  # the error was the point of this test
 
 
+@pytest.mark.warns  # each refusal logs its reason
 @pytest.mark.parametrize(("read_only", "want"), [(False, errno.EACCES), (True, errno.EROFS)])
 def test_writes_are_refused_with_the_contracts_errno(
     tmp_path: Path, read_only: bool, want: int

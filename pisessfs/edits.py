@@ -1,0 +1,439 @@
+"""Saving through the mount: write handles, the editors' dance, and when a save commits.
+
+This module owns the write semantics of DESIGN.md ("Writing"): which new names become
+messages (``*.md`` in a leaf or node folder) and which are scratch (swap files, backups,
+temp files), in-place saves into a user message (a fork), rename-away and re-create (vim,
+emacs), a temp file renamed over a message (``sed -i``, JetBrains), and the rule that one
+changed save appends exactly one line. A commit is prepared here (synchronously), written by
+``writer.write`` (the adapter runs it off the event loop) and finished here: the session is
+re-read, bound names move to the new leaf, scratch follows ``current``, and the kernel
+caches that changed are queued for invalidation.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from dataclasses import dataclass
+from typing import Any
+
+from . import render, writer
+from .jsonl import decode_line
+from .scratch import Binding, Node, binds_message
+from .sessions import Loaded
+from .view import Attr, CrossFolder, Denied, Exists, Invalid, Key, NotFound, NotPermitted, View
+
+log = logging.getLogger(__name__)
+
+RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND
+
+
+@dataclass(eq=False, slots=True)
+class Handle:
+    """An open file that may be written: a scratch node, or a private buffer of a message."""
+
+    ino: int
+    node: Node | None
+    buf: bytearray | None
+    binding: Binding | None
+    append: bool
+    folder: Key | None = None  # where a bound node was created (None: in place)
+    dirty: bool = False
+    refused: bool = False  # a write was refused: what the handle holds is never committed
+
+    @property
+    def data(self) -> bytearray:
+        if self.node is not None:
+            return self.node.data
+        assert self.buf is not None
+        return self.buf
+
+
+@dataclass(slots=True)
+class Job:
+    """A prepared commit: the line to append and what to do once it is in the file."""
+
+    binding: Binding
+    data: bytes
+    pending: writer.Pending
+    node: Node | None
+    folder: Key | None
+    name: str | None  # the message name a rename committed onto
+    old_current: Key | None
+
+
+class Editor:
+    """Write handles and scratch-layer operations over a :class:`View`."""
+
+    def __init__(self, view: View, cap: int = writer.DEFAULT_CAP) -> None:
+        self.view = view
+        self.cap = cap
+        self.handles: dict[int, Handle] = {}
+
+    # -- creating and opening ---------------------------------------------------------------
+
+    def create(self, fh: int, parent: int, name: str, mode: int) -> Attr:
+        """A new file in an entry folder: a scratch file, or one bound to a new message."""
+        folder = self._entry_folder(parent, f"create {name}")
+        binding = self._binding_for_new(folder, name)
+        node = self.view.new_node(stat.S_IFREG | (mode & 0o7777))
+        node.binding = binding
+        self.view.link(node, folder, name)
+        self.handles[fh] = Handle(node.ino, node, None, binding, False, folder)
+        return self.view.getattr(node.ino)
+
+    def symlink(self, parent: int, name: str, target: bytes) -> Attr:
+        folder = self._entry_folder(parent, f"symlink {name}")
+        node = self.view.new_node(stat.S_IFLNK | 0o777)
+        node.target = target
+        self.view.link(node, folder, name)
+        return self.view.getattr(node.ino)
+
+    def _entry_folder(self, parent: int, what: str) -> Key:
+        folder = self.view.key(parent)
+        if folder.kind != "edir":
+            log.warning("%s refused (EACCES): new files go in a leaf or node folder", what)
+            raise Denied(what)
+        return folder
+
+    def _binding_for_new(self, folder: Key, name: str) -> Binding | None:
+        ov = self.view.overlays.get(folder)
+        s = self.view.session(folder)
+        if ov is not None and name in ov.whiteouts:
+            # re-created after a rename-away (vim, emacs): saving it edits that message
+            return self._edit_binding(s, self._message_key(folder, name))
+        if not binds_message(name):
+            return None
+        self._check(s)
+        return Binding(s.path, s.epoch, folder.eid, None, b"")
+
+    def _message_key(self, folder: Key, name: str) -> Key:
+        return self.view.child_key(self.view.ino(folder), name)
+
+    def _edit_binding(self, s: Loaded, key: Key) -> Binding:
+        if key.kind != "msg" or key.k != 0:
+            raise Denied(f"{key.kind} is not a message file")
+        e = s.index.by_id.get(key.eid)
+        if e is None or e.kind != "user":
+            log.warning("write to %s refused (EACCES): only user messages can be edited", key.eid)
+            raise Denied(key.eid)
+        self._check(s)
+        baseline = self.view.content(self.view.ino(key))
+        return Binding(s.path, s.epoch, s.index.parent[key.eid], key.eid, baseline)
+
+    def _check(self, s: Loaded) -> None:
+        try:
+            writer.check_writable(s)
+        except writer.Refused as err:
+            log.warning("write refused (%s): %s", err.kind, err)
+            raise
+
+    def open(self, fh: int, ino: int, flags: int) -> bool:
+        """Open ``ino`` for writing if ``flags`` ask for it; False for a plain read."""
+        key = self.view.key(ino)
+        writing = bool(flags & _WRITE_FLAGS)
+        append = bool(flags & os.O_APPEND)
+        if key.kind == "scratch":
+            node = self.view.nodes[ino]
+            if writing and flags & os.O_TRUNC:
+                node.truncate(0)
+            self.handles[fh] = Handle(ino, node, None, node.binding, append)
+            return True
+        if not writing:
+            return False
+        if key.kind != "msg":
+            log.warning("write to %s refused (EACCES): not a message file", key.kind)
+            raise Denied(key.kind)
+        binding = self._edit_binding(self.view.session(key), key)
+        buf = bytearray() if flags & os.O_TRUNC else bytearray(binding.baseline)
+        self.handles[fh] = Handle(ino, None, buf, binding, append)
+        return True
+
+    # -- reading and writing ----------------------------------------------------------------
+
+    def owns(self, fh: int) -> bool:
+        return fh in self.handles
+
+    def read(self, fh: int, off: int, size: int) -> bytes:
+        return bytes(self.handles[fh].data[off : off + size])
+
+    def write(self, fh: int, off: int, buf: bytes) -> int:
+        h = self.handles[fh]
+        data = h.data
+        if h.append:
+            off = len(data)
+        if off + len(buf) > self.cap:
+            h.refused = True
+            path = h.binding.path if h.binding else "scratch file"
+            log.warning("write refused (EFBIG): %s: over the %d-byte cap", path, self.cap)
+            raise writer.TooBig(path, f"over the {self.cap}-byte cap")
+        if h.node is not None:
+            h.node.write(off, buf)
+        else:
+            if off > len(data):
+                data.extend(bytes(off - len(data)))
+            data[off : off + len(buf)] = buf
+        h.dirty = True
+        return len(buf)
+
+    def size_of_open(self, ino: int) -> int | None:
+        """The size a written-to message shows while a handle holds its new bytes."""
+        for h in self.handles.values():
+            if h.ino == ino and h.buf is not None:
+                return len(h.buf)
+        return None
+
+    def setattr(
+        self, ino: int, fh: int | None, size: int | None, mode: int | None, mtime_ns: int | None
+    ) -> Attr:
+        h = self.handles.get(fh) if fh is not None else None
+        node = self.view.nodes.get(ino)
+        if size is not None:
+            if h is not None and h.ino == ino:
+                self._truncate(h, size)
+            elif node is not None:
+                node.truncate(size)
+            else:
+                log.warning("truncate of inode %d refused (EACCES): open it for writing", ino)
+                raise Denied("truncate")
+        if node is not None:
+            if mode is not None:
+                node.mode = stat.S_IFMT(node.mode) | (mode & 0o7777)
+            if mtime_ns is not None:
+                node.mtime_ns = mtime_ns
+        # chmod/utimens on a message file are accepted and change nothing (editors do them)
+        return self.attr(ino)
+
+    def _truncate(self, h: Handle, size: int) -> None:
+        if h.node is not None:
+            h.node.truncate(size)
+        else:
+            assert h.buf is not None
+            del h.buf[size:]
+            h.buf.extend(bytes(size - len(h.buf)))
+        h.dirty = True
+
+    def attr(self, ino: int) -> Attr:
+        a = self.view.getattr(ino)
+        size = self.size_of_open(ino)
+        if size is None:
+            return a
+        return Attr(a.ino, a.mode, size, a.mtime_ns, a.nlink, False)
+
+    # -- committing -------------------------------------------------------------------------
+
+    def prepare(self, fh: int) -> Job | None:
+        """The commit a flush or fsync of ``fh`` makes, or None when nothing changed."""
+        h = self.handles.get(fh)
+        if h is None or not h.dirty or h.binding is None or h.refused:
+            return None
+        job = self._job(h.binding, bytes(h.data), h.node, h.folder, None)
+        if job is None:
+            h.dirty = False
+        return job
+
+    def _job(
+        self, binding: Binding, data: bytes, node: Node | None, folder: Key | None, name: str | None
+    ) -> Job | None:
+        if data == binding.baseline:
+            log.debug("%s: unchanged save, nothing appended", binding.path)
+            return None
+        text = writer.decode_text(binding.path, data, self.cap)
+        text = text[:-1] if text.endswith("\n") else text
+        if not text.strip():
+            log.info("%s: empty message not appended", binding.path)
+            return None
+        s = self.view.store.session(binding.path).load()
+        if s.epoch != binding.epoch:
+            log.warning("save refused (ESTALE): %s was rewritten since it was read", s.path)
+            raise writer.Stale(s.path, "the file was replaced or rewritten since it was read")
+        msg = writer.NewMessage(binding.parent_id, text, self._images(s, binding.edit_of))
+        try:
+            pending = writer.prepare(s, msg)
+        except writer.Refused as err:
+            log.warning("save refused (%s): %s", err.kind, err)
+            raise
+        return Job(binding, data, pending, node, folder, name, self._current_folder(s))
+
+    def again(self, job: Job) -> Job:
+        """The same commit prepared against the file as it is now (another writer appended)."""
+        s = self.view.store.session(job.binding.path).load()
+        msg = writer.NewMessage(
+            job.binding.parent_id, self._text(job), self._images(s, job.binding.edit_of)
+        )
+        job.pending = writer.prepare(s, msg)
+        return job
+
+    def _text(self, job: Job) -> str:
+        text = job.data.decode("utf-8")
+        return text[:-1] if text.endswith("\n") else text
+
+    def _images(self, s: Loaded, eid: str | None) -> tuple[dict[str, Any], ...]:
+        if eid is None or eid not in s.index.by_id:
+            return ()
+        d, _ = decode_line(s.raw(s.index.by_id[eid]))
+        content = render.message_of(d).get("content") if isinstance(d, dict) else None
+        if not isinstance(content, list):
+            return ()
+        return tuple(b for b in content if isinstance(b, dict) and b.get("type") == "image")
+
+    def _current_folder(self, s: Loaded) -> Key | None:
+        resume = s.index.resume
+        if resume is None:
+            return None
+        via = "leaves" if s.index.is_leaf(resume) else "nodes"
+        return Key("edir", s.path, s.epoch, resume, via)
+
+    def finish(self, job: Job) -> None:
+        """After the line is in the file: re-read it, move names, queue invalidations."""
+        s = self.view.store.session(job.binding.path).load()
+        new = job.pending.entry_id
+        new_folder = Key("edir", s.path, s.epoch, new, "leaves")
+        binding = job.binding
+        log.info("%s: appended user message %s under %s", s.path, new, binding.parent_id)
+        for h in self.handles.values():
+            if h.binding is binding:
+                h.dirty = False
+        links = list(job.node.links) if job.node is not None else []
+        if job.node is not None:
+            self.view.unlink_everywhere(job.node)
+        if job.node is not None and binding.edit_of is None:
+            # A new message: its name now stands for that message, in its own leaf folder
+            # (where current/ leads), and saving it again edits it.
+            binding.edit_of = new
+            self.view.link(job.node, new_folder, links[0][1] if links else f"{new}.md")
+        else:
+            for folder, name in links:  # an edit: the old folder shows the original again
+                self.view.whiteout(folder, name, False)
+        if job.folder is not None and job.name is not None:
+            self.view.whiteout(job.folder, job.name, False)
+        binding.baseline = job.data
+        if job.old_current is not None and job.folder in (None, job.old_current):
+            self._follow(job.old_current, new_folder)
+        self.view.changed_session(s.path)
+
+    def _follow(self, old: Key, new: Key) -> None:
+        """Scratch files of the folder ``current`` showed follow it to the new leaf, so that
+        an editor working through ``current/`` finds (and deletes) its swap and backup."""
+        ov = self.view.overlays.get(old)
+        if ov is None:
+            return
+        for name, node in list(ov.names.items()):
+            if node.binding is None:
+                self.view.link(node, new, name)
+
+    def release(self, fh: int) -> Job | None:
+        """A last chance to commit (errors here are lost: flush already tried)."""
+        try:
+            return self.prepare(fh)
+        except (writer.Refused, OSError) as err:
+            log.warning("release: commit failed: %s", err)
+            return None
+
+    def close(self, fh: int) -> None:
+        h = self.handles.pop(fh, None)
+        if h is None:
+            return
+        if h.buf is not None:
+            self.view.changed_inode(h.ino)  # the kernel may hold the bytes we were sent
+        node = h.node
+        if (
+            node is not None
+            and not node.links
+            and not any(o.node is node for o in self.handles.values())
+        ):
+            self.view.nodes.pop(node.ino, None)
+
+    # -- names ------------------------------------------------------------------------------
+
+    def unlink(self, parent: int, name: str) -> None:
+        folder = self.view.key(parent)
+        ov = self.view.overlays.get(folder)
+        node = ov.names.get(name) if ov is not None else None
+        if node is not None:
+            self.view.unlink_everywhere(node)
+            if node.snapshot_of is not None and ov is not None and node.snapshot_of not in ov.names:
+                self.view.whiteout(folder, node.snapshot_of, False)  # the original is back
+            return
+        if ov is not None and name in ov.whiteouts:
+            raise NotFound(name)
+        self.view.child_key(parent, name)  # ENOENT for a name that does not exist
+        log.warning("unlink %s refused (EPERM): sessions are append-only", name)
+        raise NotPermitted(name)
+
+    def rename(self, p_old: int, old: str, p_new: int, new: str, flags: int) -> Job | None:
+        """Move a name; a scratch file renamed over a message name is a save (a Job)."""
+        if flags & RENAME_EXCHANGE:
+            raise Invalid("RENAME_EXCHANGE")
+        src, dst = self.view.key(p_old), self.view.key(p_new)
+        ov = self.view.overlays.get(src)
+        node = ov.names.get(old) if ov is not None else None
+        if node is None:
+            if flags & RENAME_NOREPLACE and self._target(p_new, dst, new) is not None:
+                raise Exists(new)
+            self._rename_message_away(p_old, src, old, dst, new)
+            return None
+        target = self._target(p_new, dst, new)
+        if flags & RENAME_NOREPLACE and target is not None:
+            raise Exists(new)
+        if isinstance(target, Key) or self._whited_out(dst, new):
+            return self._save_over(src, old, dst, new, node)
+        self.view.unlink(node, src, old)
+        if target is None and dst.kind == "edir" and binds_message(new) and node.binding is None:
+            s = self.view.session(dst)
+            node.binding = Binding(s.path, s.epoch, dst.eid, None, b"")
+            self.view.link(node, dst, new)
+            return self._job(node.binding, bytes(node.data), node, dst, None)
+        if dst.kind != "edir":
+            raise Denied(f"rename into {dst.kind}")
+        self.view.link(node, dst, new)
+        return None
+
+    def _target(self, parent: int, folder: Key, name: str) -> Key | Node | None:
+        ov = self.view.overlays.get(folder)
+        if ov is not None:
+            if name in ov.names:
+                return ov.names[name]
+            if name in ov.whiteouts:
+                return None
+        try:
+            return self.view.child_key(parent, name)
+        except NotFound:
+            return None
+
+    def _whited_out(self, folder: Key, name: str) -> bool:
+        ov = self.view.overlays.get(folder)
+        return ov is not None and name in ov.whiteouts and name not in ov.names
+
+    def _save_over(self, src: Key, old: str, dst: Key, new: str, node: Node) -> Job | None:
+        """``sed -i``, ``perl -i``, JetBrains: a temp file renamed onto a message name."""
+        s = self.view.session(dst)
+        binding = self._edit_binding(s, self._message_key(dst, new))
+        job = self._job(binding, bytes(node.data), None, dst, new)
+        self.view.unlink(node, src, old)  # the temp file is consumed by the save
+        if job is None:
+            self.view.whiteout(dst, new, False)
+        return job
+
+    def _rename_message_away(self, p_old: int, src: Key, old: str, dst: Key, new: str) -> None:
+        ov = self.view.overlays.get(src)
+        if ov is not None and old in ov.whiteouts:
+            raise NotFound(old)
+        key = self.view.child_key(p_old, old)
+        s = self.view.session(src) if src.kind == "edir" else None
+        e = s.index.by_id.get(key.eid) if s is not None and key.kind == "msg" else None
+        if e is None or e.kind != "user" or key.k != 0:
+            log.warning("rename of %s refused (EPERM): sessions are append-only", old)
+            raise NotPermitted(old)
+        if dst != src:
+            raise CrossFolder(new)
+        # Editors move the original aside before writing a new one: keep a copy under the new
+        # name and hide the message name until it is written again.
+        copy = self.view.new_node(stat.S_IFREG | 0o644)
+        copy.data = bytearray(self.view.content(self.view.ino(key)))
+        copy.snapshot_of = old
+        self.view.whiteout(src, old, True)
+        self.view.link(copy, dst, new)
