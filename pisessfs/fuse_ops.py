@@ -98,7 +98,7 @@ class Operations(pyfuse3.Operations):
         self.gid = os.getgid()
         self._fh = itertools.count(1)
         self._dirs: dict[int, list[tuple[str, v.Attr]]] = {}
-        self._files: dict[int, tuple[int, bytes | None]] = {}  # fh -> (ino, snapshot)
+        self._files: dict[int, v.Snapshot] = {}  # read handles: what each one reads
 
     async def _ready(self, ino: int, attr_only: bool = False) -> None:
         load = self.view.loader(ino, attr_only)
@@ -166,21 +166,16 @@ class Operations(pyfuse3.Operations):
             # Written files bypass the page cache: what a reader sees is always our bytes.
             return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
         attr = self.view.getattr(inode)
-        # Files that change as the session grows are read from a snapshot taken here, so a
-        # reader holding them open sees one consistent version.
-        snapshot = None if attr.immutable else self.view.content(inode)
-        self._files[fh] = (inode, snapshot)
+        # Every open file reads a snapshot taken here, so a reader holding it open sees one
+        # consistent version while its session grows, is rewritten or disappears.
+        self._files[fh] = self.view.snapshot(inode)
         return pyfuse3.FileInfo(fh=fh, keep_cache=attr.immutable)
 
     @handler
     async def read(self, fh: int, off: int, size: int) -> bytes:
         if self.editor.owns(fh):
             return self.editor.read(fh, off, size)
-        inode, snapshot = self._files[fh]
-        if snapshot is not None:
-            return snapshot[off : off + size]
-        await self._ready(inode)
-        return self.view.read(inode, off, size)
+        return self._files[fh].read(off, size)
 
     @handler
     async def write(self, fh: int, off: int, buf: bytes) -> int:
@@ -193,7 +188,7 @@ class Operations(pyfuse3.Operations):
         await self._ready(parent_inode)
         fh = next(self._fh)
         attr = self.editor.create(fh, parent_inode, os.fsdecode(name), mode)
-        self._drain()
+        self.drain()
         return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False), self._entry(attr)
 
     @handler
@@ -202,7 +197,7 @@ class Operations(pyfuse3.Operations):
     ) -> pyfuse3.EntryAttributes:
         await self._ready(parent_inode)
         attr = self.editor.symlink(parent_inode, os.fsdecode(name), target)
-        self._drain()
+        self.drain()
         return self._entry(attr)
 
     @handler
@@ -216,7 +211,7 @@ class Operations(pyfuse3.Operations):
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         await self._ready(parent_inode)
         self.editor.unlink(parent_inode, os.fsdecode(name))
-        self._drain()
+        self.drain()
 
     @handler
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
@@ -270,7 +265,9 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def release(self, fh: int) -> None:
-        self._files.pop(fh, None)
+        reader = self._files.pop(fh, None)
+        if reader is not None:
+            reader.close()
         if not self.editor.owns(fh):
             return
         try:
@@ -279,7 +276,7 @@ class Operations(pyfuse3.Operations):
             log.exception("release: the last commit failed")
         finally:
             self.editor.close(fh)
-            self._drain()
+            self.drain()
 
     async def _run(self, job: Job | None) -> None:
         """Write a prepared commit off the event loop, retrying when another writer raced."""
@@ -296,9 +293,9 @@ class Operations(pyfuse3.Operations):
             else:
                 raise writer.Stale(job.binding.path, "the file kept growing")
             self.editor.finish(job)
-        self._drain()
+        self.drain()
 
-    def _drain(self) -> None:
+    def drain(self) -> None:
         """Queue the kernel invalidations the core asked for (never done inside a handler)."""
         for item in self.view.invalidations:
             try:
@@ -309,14 +306,19 @@ class Operations(pyfuse3.Operations):
         self.view.invalidations.clear()
 
     async def invalidator(self) -> None:
-        """Drops kernel caches the core says changed; runs beside ``pyfuse3.main``."""
+        """Drops kernel caches the core says changed; runs beside ``pyfuse3.main``.
+
+        Each call runs in a worker thread: the kernel may wait for requests in flight on the
+        same node before it answers, and those need the event loop to be free (calling it
+        from a handler deadlocks the mount, fuse-notes.md §1.9).
+        """
         async for ino, name in self._recv:
             try:
                 if name is None:
                     await trio.to_thread.run_sync(pyfuse3.invalidate_inode, ino, False)
                 else:
-                    pyfuse3.invalidate_entry_async(ino, os.fsencode(name), ignore_enoent=True)
-            except OSError as err:
+                    await trio.to_thread.run_sync(pyfuse3.invalidate_entry, ino, os.fsencode(name))
+            except OSError as err:  # the kernel had forgotten it, or the mount is going
                 log.debug("invalidate %d %r: %s", ino, name, err)
 
     @handler

@@ -18,8 +18,9 @@ import pyfuse3
 import trio
 
 from .fuse_ops import Operations
-from .sessions import Store
+from .sessions import Store, Unreadable
 from .view import View
+from .watch import Watcher
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,9 @@ def fuse_options(opts: MountOptions) -> set[str]:
 def run(opts: MountOptions) -> None:
     """Mount and serve until unmounted or signalled; raises RuntimeError if mounting fails."""
     store = Store(opts.sessions, cache_bytes=opts.cache_mb << 20)
-    ops = Operations(View(store), read_only=opts.read_only, cap=opts.max_message_bytes)
+    view = View(store)
+    ops = Operations(view, read_only=opts.read_only, cap=opts.max_message_bytes)
+    watcher = Watcher(store, view)
     # Block the signals until the loop runs: a SIGINT between init and main would otherwise
     # leave the mount behind (s3ql's lesson).
     blocked = {signal.SIGINT, signal.SIGTERM}
@@ -60,14 +63,15 @@ def run(opts: MountOptions) -> None:
     faulthandler.register(signal.SIGUSR1)  # dump stacks of a stuck mount: kill -USR1 <pid>
     clean = False
     try:
-        trio.run(_serve, ops, blocked)
+        trio.run(_serve, ops, watcher, blocked)
         clean = True
     finally:
         pyfuse3.close(unmount=clean)
+        watcher.close()
         log.info("unmounted %s", opts.mountpoint)
 
 
-async def _serve(ops: Operations, blocked: set[signal.Signals]) -> None:
+async def _serve(ops: Operations, watcher: Watcher, blocked: set[signal.Signals]) -> None:
     def stop(signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: unmounting", signum)
         pyfuse3.terminate()
@@ -77,5 +81,22 @@ async def _serve(ops: Operations, blocked: set[signal.Signals]) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ops.invalidator)
+        nursery.start_soon(_watch, watcher, ops)
         await pyfuse3.main()
         nursery.cancel_scope.cancel()
+
+
+async def _watch(watcher: Watcher, ops: Operations) -> None:
+    """The live view: apply what inotify reports, reading big files off the loop."""
+    while True:
+        await trio.lowlevel.wait_readable(watcher.fd)
+        try:
+            for sf in watcher.handle(watcher.read()):
+                try:
+                    await trio.to_thread.run_sync(sf.load)
+                except Unreadable as err:
+                    log.warning("cannot read %s: %s", sf.path, err)
+                ops.view.changed_session(sf.path)
+        except Exception:
+            log.exception("the live view failed on an event; it goes on with the next")
+        ops.drain()

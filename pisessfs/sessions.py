@@ -143,15 +143,16 @@ class SessionFile:
             raise Unreadable(self.path, err) from None
 
     def needs_load(self) -> bool:
-        """Whether :meth:`load` would parse the whole file (slow: run it off-thread)."""
+        """Whether :meth:`load` would parse the whole file, or wait for a thread that does
+        (slow: run it off the event loop). Growth is read inline: it costs only new bytes."""
         cur = self.loaded
-        if cur is None or cur.ident is None:
+        if cur is None or cur.ident is None or self._lock.locked():
             return True
         try:
             ident = Identity.of(os.stat(self.path))
-        except OSError:
-            return False
-        return ident.ino != cur.ident.ino or ident.size < cur.ident.size
+            return ident != cur.ident and not self._grew(cur, ident)
+        except (OSError, Unreadable):
+            return False  # load() reports it
 
     def load(self) -> Loaded:
         """The session brought up to date with the file; parses only what is new."""
@@ -219,6 +220,14 @@ class SessionFile:
                 return f.read()
         except OSError as err:
             raise Unreadable(self.path, err) from None
+
+    def forget(self) -> None:
+        """The file is gone: drop its parsed state (open readers keep their snapshots). A file
+        that appears again at this path is another version: a new epoch."""
+        if self.loaded is not None:
+            self.epoch += 1
+        self.loaded = None
+        self._fingerprint = None
 
     def evict(self) -> None:
         cur = self.loaded
@@ -296,6 +305,19 @@ class Store:
             for d in self._scan(folder)
             if d.name.endswith(".jsonl") and len(d.name) > 6 and self._is(d, stat.S_IFREG)
         ]
+
+    def loaded_paths(self) -> list[str]:
+        return [p for p, sf in self._files.items() if sf.loaded is not None]
+
+    def known(self, path: str) -> SessionFile | None:
+        return self._files.get(path)
+
+    def forget(self, path: str) -> None:
+        sf = self._files.get(path)
+        if sf is not None:
+            sf.forget()
+            with self._lru_lock:
+                self._total -= self._lru.pop(path, 0)
 
     def session(self, path: str) -> SessionFile:
         sf = self._files.get(path)

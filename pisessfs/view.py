@@ -354,7 +354,8 @@ class View:
         mtime = s.ident.mtime_ns if s.ident else 0
         if kind == "current":
             return Attr(ino, stat.S_IFLNK | 0o777, len(self.readlink(ino)), mtime, 1, False)
-        return Attr(ino, stat.S_IFREG | 0o444, len(self.content(ino)), mtime, 1, False)
+        size = len(s.buf) if kind == "jsonl" else len(self.content(ino))
+        return Attr(ino, stat.S_IFREG | 0o444, size, mtime, 1, False)
 
     def _dir_attr(self, ino: int, path: str, perm: int) -> Attr:
         try:
@@ -415,6 +416,20 @@ class View:
     def read(self, ino: int, off: int, size: int) -> bytes:
         return self.content(ino)[off : off + size]
 
+    def snapshot(self, ino: int) -> Snapshot:
+        """The bytes an open file reads until it is closed, whatever happens to its session."""
+        key = self.key(ino)
+        if key.kind != "jsonl":
+            return Snapshot(self.content(ino))
+        s = self._session(key)
+        # The real file's first bytes, through a descriptor of its own: append-only bytes stay
+        # put, and a file replaced or deleted meanwhile is still read as it was (no copy).
+        try:
+            fd = os.open(s.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as err:
+            raise Denied(f"{s.path}: {err.strerror}") from None
+        return FileSnapshot(fd, len(s.buf))
+
     def readlink(self, ino: int) -> bytes:
         key = self.key(ino)
         node = self.nodes.get(ino)
@@ -466,6 +481,13 @@ class View:
         if n is not None:
             self.invalidations.append((n, name))
 
+    def known(self, key: Key) -> int | None:
+        """The inode of ``key`` if the kernel may have seen it (None: nothing to invalidate)."""
+        return self._ino.get(key)
+
+    def changed_entry(self, parent: int, name: str) -> None:
+        self.invalidations.append((parent, name))
+
     def changed_session(self, path: str) -> None:
         """The session file changed: drop the kernel's view of what depends on the whole."""
         for kind in ("sess", "leaves", "current", "tree", "json", "jsonl"):
@@ -496,6 +518,34 @@ class View:
                 "user.pi.file": key.path.encode(),
             }
         return {}
+
+
+class Snapshot:
+    """Bytes held for one open file."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def read(self, off: int, size: int) -> bytes:
+        return self.data[off : off + size]
+
+    def close(self) -> None:
+        return None
+
+
+class FileSnapshot(Snapshot):
+    """The first ``size`` bytes of a file, read through a descriptor opened with the file."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        super().__init__(b"")
+        self.fd = fd
+        self.size = size
+
+    def read(self, off: int, size: int) -> bytes:
+        return os.pread(self.fd, max(0, min(size, self.size - off)), off)
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 def _ns(e: Entry) -> int:

@@ -1,0 +1,134 @@
+"""Noticing what changes in the sessions folder while the mount is up (the live view).
+
+This module owns the mapping from inotify events to the view: watches on the sessions root
+and its project folders (a folder watch reports its files growing, appearing and going),
+sessions read again when their file changed (only the appended bytes, or whole when it was
+replaced or rewritten), and the kernel caches that must be dropped as a result. Sessions
+nobody has entered are not parsed: only their folder's attributes are refreshed.
+
+It never blocks on a big parse: :meth:`Watcher.handle` returns the sessions that need a
+whole read, and the caller runs those off the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from .inotify import (
+    IN_CREATE,
+    IN_DELETE,
+    IN_DELETE_SELF,
+    IN_IGNORED,
+    IN_MOVE_SELF,
+    IN_MOVED_FROM,
+    IN_MOVED_TO,
+    IN_Q_OVERFLOW,
+    Event,
+    Inotify,
+)
+from .sessions import SessionFile, Store, Unreadable, project_name
+from .view import ROOT_INO, Key, View
+
+log = logging.getLogger(__name__)
+
+_GONE = IN_DELETE | IN_MOVED_FROM
+_CAME = IN_CREATE | IN_MOVED_TO
+
+
+class Watcher:
+    """inotify watches over a :class:`Store`, applied to a :class:`View`."""
+
+    def __init__(self, store: Store, view: View) -> None:
+        self.store = store
+        self.view = view
+        self.inotify = Inotify()
+        self.folders: dict[int, str] = {}  # watch descriptor -> folder path
+        self._watch(store.root)
+        for item in store.top():
+            if not item.is_session:
+                self._watch(item.path)
+
+    @property
+    def fd(self) -> int:
+        return self.inotify.fd
+
+    def _watch(self, folder: str) -> None:
+        try:
+            self.folders[self.inotify.add(folder)] = folder
+        except OSError as err:
+            log.warning("cannot watch %s (%s): its changes show within 1 s only", folder, err)
+
+    def close(self) -> None:
+        self.inotify.close()
+
+    def read(self) -> list[Event]:
+        return self.inotify.read()
+
+    def handle(self, events: list[Event]) -> list[SessionFile]:
+        """Apply ``events``; returns the sessions that must be read whole (off the loop)."""
+        changed: dict[str, None] = {}  # session files whose bytes changed, in order, once
+        for ev in events:
+            if ev.mask & IN_Q_OVERFLOW:
+                log.warning("inotify queue overflowed: checking every parsed session")
+                self._everything_changed(changed)
+                continue
+            folder = self.folders.get(ev.wd)
+            if folder is None:
+                continue
+            if ev.mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF):
+                if ev.mask & IN_IGNORED:
+                    self.folders.pop(ev.wd, None)
+                continue
+            self._event(folder, ev, changed)
+        return [sf for path in changed if (sf := self._refresh(path)) is not None]
+
+    def _event(self, folder: str, ev: Event, changed: dict[str, None]) -> None:
+        path = os.path.join(folder, ev.name)
+        if ev.is_dir:
+            if folder == self.store.root:
+                self._project(path, ev)
+            return
+        if not ev.name.endswith(".jsonl"):
+            return
+        self._folder_changed(folder, ev.name[: -len(".jsonl")])
+        if ev.mask & _GONE:
+            self.store.forget(path)
+            self.view.changed_session(path)
+        else:
+            changed[path] = None
+
+    def _project(self, path: str, ev: Event) -> None:
+        name = os.path.basename(path)
+        if ev.mask & _CAME:
+            self._watch(path)
+        for shown in {name, project_name(name)}:
+            self.view.changed_entry(ROOT_INO, shown)
+        self.view.changed_inode(ROOT_INO)
+
+    def _folder_changed(self, folder: str, stem: str) -> None:
+        """A session file came, went or changed: its folder's listing and times changed."""
+        ino = ROOT_INO if folder == self.store.root else self.view.known(Key("proj", folder))
+        if ino is not None:
+            self.view.changed_inode(ino)
+            self.view.changed_entry(ino, stem)
+
+    def _refresh(self, path: str) -> SessionFile | None:
+        """Read what changed in a parsed session now; a whole re-read is returned instead."""
+        sf = self.store.known(path)
+        if sf is None or sf.loaded is None:
+            self.view.changed_session(path)  # not entered yet: nothing parsed, only times
+            return None
+        if sf.needs_load():
+            return sf  # the caller reads it off the loop, then calls changed_session
+        try:
+            sf.load()
+        except Unreadable as err:
+            log.warning("cannot read %s: %s", path, err)
+        self.view.changed_session(path)
+        return None
+
+    def _everything_changed(self, changed: dict[str, None]) -> None:
+        self.view.changed_inode(ROOT_INO)
+        for path in self.store.loaded_paths():
+            changed[path] = None

@@ -1,0 +1,137 @@
+"""The live view on a real mount: what Pi (and others) do to the sessions shows at once.
+
+Needs /dev/fuse and node with the pinned Pi package; skips loudly without them, fails in CI.
+Conditions are polled (never slept on) with a generous bound; the latency itself is measured
+by scripts/bench, not asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests import damaged
+from tests.conftest import RECIPE, Mount, pi, wait_for
+
+PARENT = "74cc97d5"
+
+
+def real_of(folder: Path) -> Path:
+    return Path(os.getxattr(folder, "user.pi.file").decode())
+
+
+def current_id(folder: Path) -> str:
+    return os.getxattr(folder / "current", "user.pi.id").decode()
+
+
+def test_pi_appends_show_in_current_and_tree(mount: Mount) -> None:
+    folder = mount.path / RECIPE
+    assert current_id(folder) == PARENT  # entered: parsed before Pi writes
+    tree = open(folder / "tree.txt", "rb")  # noqa: SIM115 (a reader holding the file open)
+    first = tree.read(100)
+    (new,) = pi("--append", str(real_of(folder)), PARENT, "appended by pi")
+    wait_for(lambda: current_id(folder) == new, 5, "the new entry in current/")
+    assert (folder / "current" / "0024-user.md").read_text() == "appended by pi\n"
+    assert new in (folder / "tree.txt").read_text()
+    assert new in os.readlink(folder / "current")
+    tree.seek(0)
+    assert tree.read(100) == first  # the open reader keeps its version
+    tree.close()
+
+
+def test_many_appends_in_a_row_all_show(mount: Mount) -> None:
+    folder = mount.path / RECIPE
+    current_id(folder)
+    ids = pi("--append", str(real_of(folder)), PARENT, "burst", "25")
+    wait_for(lambda: current_id(folder) == ids[-1], 5, "the last of 25 entries")
+    listed = [
+        os.getxattr(p, "user.pi.id").decode() for p in sorted((folder / "current").glob("*.md"))
+    ]
+    assert listed[-25:] == ids
+
+
+def test_unentered_session_is_read_when_entered(mount: Mount) -> None:
+    folder = mount.path / RECIPE
+    (new,) = pi("--append", str(real_of(folder)), PARENT, "before anyone looked")
+    wait_for(lambda: current_id(folder) == new, 5, "the entry")
+
+
+def test_new_and_removed_session_files_and_projects(mount: Mount, sessions: Path) -> None:
+    project = mount.path / "home-ana-src-recipe-box"
+    src = next((sessions / "--home-ana-src-recipe-box--").glob("*.jsonl"))
+    os.listdir(project)
+    shutil.copyfile(src, src.with_name("copy.jsonl"))
+    wait_for(lambda: "copy" in os.listdir(project), 5, "a new session folder")
+    assert (project / "copy" / "current").is_symlink()
+    inside = open(project / "copy" / "current" / "0002-user.md", "rb")  # noqa: SIM115
+    src.with_name("copy.jsonl").unlink()
+    wait_for(lambda: "copy" not in os.listdir(project), 5, "the removed session to vanish")
+    wait_for(lambda: not (project / "copy").exists(), 5, "the removed session's path to fail")
+    assert inside.read().startswith(b"pytest fails")  # an open reader keeps reading
+    inside.close()
+    (sessions / "--new-project--").mkdir()
+    shutil.copyfile(src, sessions / "--new-project--" / "s.jsonl")
+    wait_for((mount.path / "new-project" / "s" / "current").exists, 5, "a project")
+
+
+def v1_session() -> bytes:
+    out = damaged.line(
+        {
+            "type": "session",
+            "id": "v1-live",
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "cwd": "/work",
+        }
+    )
+    for i, role in enumerate(["user", "assistant", "user", "assistant"]):
+        content: object = (
+            f"v1 message {i}" if role == "user" else [{"type": "text", "text": f"v1 answer {i}"}]
+        )
+        out += damaged.line(
+            {
+                "type": "message",
+                "timestamp": f"2026-01-01T00:00:0{i + 1}.000Z",
+                "message": {"role": role, "content": content, "timestamp": 1767225601000 + i},
+            }
+        )
+    return out
+
+
+def test_a_file_pi_migrates_in_place_is_read_again_whole(mount: Mount, sessions: Path) -> None:
+    (sessions / "--old--").mkdir()
+    f = sessions / "--old--" / "v1.jsonl"
+    f.write_bytes(v1_session())
+    folder = mount.path / "old" / "v1"
+    wait_for((folder / "current").exists, 5, "the v1 session")
+    assert current_id(folder) == "L5"
+    oracle = pi(str(f))  # Pi opens it: migrates it to v3 in place (truncate and rewrite)
+    assert json.loads(f.read_bytes().splitlines()[0])["version"] == 3
+    wait_for(lambda: current_id(folder) == oracle["leafId"], 5, "the migrated ids")
+    doc = json.loads((folder / "session.json").read_text())
+    assert doc["version"] == 3
+    assert (folder / "current" / "0003-user.md").read_text() == "v1 message 2\n"
+
+
+@pytest.mark.parametrize("split", [10, 60])
+def test_a_torn_tail_completed_later_shows_its_entry_once(
+    mount: Mount, sessions: Path, split: int
+) -> None:
+    f = next((sessions / "--home-ana-src-recipe-box--").glob("2026-03-02T09-14*.jsonl"))
+    folder = mount.path / RECIPE
+    current_id(folder)
+    line = damaged.line(damaged.user("abcdef12", PARENT, "torn then whole", 3000))
+    with f.open("ab") as out:
+        out.write(line[:split])
+        out.flush()
+        wait_for(lambda: "torn-tail" in (folder / "session.json").read_text(), 5, "the torn tail")
+        out.write(line[split:])
+    wait_for(lambda: current_id(folder) == "abcdef12", 5, "the completed entry")
+    rows = [
+        r for r in (folder / "tree.txt").read_text().splitlines() if r.split()[1:2] == ["abcdef12"]
+    ]
+    assert len(rows) == 1, rows
+    assert "torn-tail" not in (folder / "session.json").read_text()
