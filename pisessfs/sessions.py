@@ -16,8 +16,10 @@ import logging
 import os
 import stat
 import threading
+import time
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,7 @@ from .tree import Index, NeedsRebuild
 log = logging.getLogger(__name__)
 
 VOLATILE = ("listed", "tree", "json")
+_RACY_NS = 100_000_000
 _WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
 
 
@@ -263,6 +266,7 @@ class Store:
         self._files: dict[str, SessionFile] = {}
         self._lru: OrderedDict[str, int] = OrderedDict()  # path -> bytes held, oldest first
         self._total = 0
+        self._listings: dict[str, tuple[int, list[Listing], dict[str, Listing]]] = {}
         self._lru_lock = threading.Lock()
 
     def _inside(self, path: str) -> bool:
@@ -285,8 +289,35 @@ class Store:
         except OSError:
             return False
 
+    def _cached(self, folder: str, build: Callable[[], list[Listing]]) -> list[Listing]:
+        """A folder's listing, scanned again only when the folder's mtime moved (a file or
+        folder came or went), so a lookup in a folder of 10,000 sessions costs one stat."""
+        try:
+            mtime = os.stat(folder).st_mtime_ns
+        except OSError:
+            return []
+        hit = self._listings.get(folder)
+        if hit is not None and hit[0] == mtime:
+            return hit[1]
+        listing = build()
+        table = {item.name: item for item in listing}
+        # Folder times are coarse (a few ms): a change in the same tick as this scan would
+        # not move them, so a scan that close to the last change is not trusted later.
+        racy = time.time_ns() - mtime < _RACY_NS
+        self._listings[folder] = (-1 if racy else mtime, listing, table)
+        return listing
+
+    def find(self, folder: str, name: str) -> Listing | None:
+        """The item shown as ``name`` in ``folder`` (the root or a project)."""
+        (self.top if folder == self.root else lambda: self.sessions_in(folder))()
+        hit = self._listings.get(folder)
+        return hit[2].get(name) if hit is not None else None
+
     def top(self) -> list[Listing]:
         """Project folders (names stripped of ``--``) and flat session files of the root."""
+        return self._cached(self.root, self._top)
+
+    def _top(self) -> list[Listing]:
         entries = self._scan(self.root)
         sessions = [d for d in entries if d.name.endswith(".jsonl") and self._is(d, stat.S_IFREG)]
         dirs = [d for d in entries if self._is(d, stat.S_IFDIR)]
@@ -300,6 +331,9 @@ class Store:
         return out
 
     def sessions_in(self, folder: str) -> list[Listing]:
+        return self._cached(folder, lambda: self._sessions_in(folder))
+
+    def _sessions_in(self, folder: str) -> list[Listing]:
         return [
             Listing(d.name[: -len(".jsonl")], d.path, True)
             for d in self._scan(folder)

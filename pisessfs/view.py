@@ -251,16 +251,11 @@ class View:
         if name in (".", ".."):
             raise NotFound(name)  # the kernel resolves these itself
         kind = key.kind
-        if kind == "root":
-            for item in self.store.top():
-                if item.name == name:
-                    return Key("sess" if item.is_session else "proj", item.path)
-            raise NotFound(name)
-        if kind == "proj":
-            for item in self.store.sessions_in(key.path):
-                if item.name == name:
-                    return Key("sess", item.path)
-            raise NotFound(name)
+        if kind in ("root", "proj"):
+            item = self.store.find(key.path or self.store.root, name)
+            if item is None:
+                raise NotFound(name)
+            return Key("sess" if item.is_session else "proj", item.path)
         if kind == "sess":
             return self._session_child(key, name)
         if kind == "scratch":
