@@ -11,13 +11,13 @@ It does not build the tree (``tree.py``) or read files (``sessions.py``).
 
 from __future__ import annotations
 
-import gc
-from datetime import datetime
 from typing import Any
 
 import orjson
+from orjson import JSONDecodeError
+from orjson import loads as _loads
 
-from .model import CONVERSATION_TYPES, Entry, Header, Problem
+from .model import CONVERSATION_TYPES, Entry, Header, Problem, parse_ts_ms
 
 BOM = b"\xef\xbb\xbf"
 
@@ -28,16 +28,6 @@ _ROLE_KINDS = {
     "bashExecution": "bash",
     "system": "system",
 }
-
-
-def parse_ts_ms(value: object) -> int | None:
-    """An ISO timestamp as Unix milliseconds, or None when it is not one (Pi: NaN)."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return int(datetime.fromisoformat(value).timestamp() * 1000)
-    except (ValueError, OverflowError, OSError):
-        return None
 
 
 def _clean(name: object) -> str:
@@ -67,6 +57,24 @@ def file_kind(d: dict[str, Any]) -> str | None:
         return "custom-" + _clean(msg.get("customType") if isinstance(msg, dict) else None)
     return role
 
+
+#: One shared string per known type instead of one per line (memory of big sessions).
+_TYPES = {
+    t: t
+    for t in (
+        "message",
+        "custom_message",
+        "compaction",
+        "branch_summary",
+        "model_change",
+        "thinking_level_change",
+        "usage",
+        "context_edit",
+        "label",
+        "session_info",
+        "custom",
+    )
+}
 
 _NOTE_FIELDS = {
     "label": "label",
@@ -175,37 +183,91 @@ class Parser:
         self.linear = False  # v1 (or a file without header version): ids are ours
         self.entries: list[Entry] = []
         self.problems: list[Problem] = []
-        self.stats = Stats()
         self.tail: Entry | None = None
         self.tail_problem: Problem | None = None
         self.first_entry_line = 0  # line of the first parsed non-header line
+        self._pending = b""  # bytes after the last newline, parsed again with the next feed
         self._v1_ids_noted = False
 
-    def feed(self, buf: bytes | bytearray) -> None:
-        """Parse the complete lines of ``buf[self.offset:]`` and the provisional tail."""
-        was_enabled = gc.isenabled()
-        gc.disable()  # millions of small objects: the collector only slows the bulk parse
-        try:
-            self._feed(buf)
-        finally:
-            if was_enabled:
-                gc.enable()
-
-    def _feed(self, buf: bytes | bytearray) -> None:
-        pos = self.offset
-        find = buf.find
-        while True:
-            nl = find(b"\n", pos)
-            if nl < 0:
-                break
+    def feed(self, data: bytes) -> None:
+        """Parse ``data``, the bytes appended to the file since the last feed (all of it the
+        first time): its complete lines, then a last line without newline provisionally."""
+        pos = self.offset  # file offset of chunk[0]
+        chunk = self._pending + data if self._pending else data
+        find = chunk.find
+        fast = self._fast
+        at = 0
+        # Line by line (not split()): each line's copy is freed at once, so a 100 MB file
+        # never has a second copy of itself in memory.
+        while (nl := find(b"\n", at)) >= 0:
+            raw = chunk[at:nl]
             self.lines += 1
-            self._line(bytes(buf[pos:nl]), self.lines, pos, nl)
-            pos = nl + 1
+            if not fast(raw, pos + at, pos + nl):
+                self._line(raw, self.lines, pos + at, pos + nl)
+            at = nl + 1
+        tail = chunk[at:]  # after the last newline: b"" or a line still being written
+        self._pending = tail
+        pos += at
         self.offset = pos
         self.tail = None
         self.tail_problem = None
-        if pos < len(buf):
-            self._tail(bytes(buf[pos:]), pos, len(buf))
+        if tail:
+            self._tail(tail, pos, pos + len(tail))
+
+    def _fast(self, raw: bytes, start: int, end: int) -> bool:
+        """The common line (a well-formed v2/v3 entry) in one go; False: take the slow path.
+
+        This is the hot loop of a 100 MB session: it does only what the tree needs.
+        """
+        if self.header is None or self.linear:
+            return False
+        try:
+            d = _loads(raw)
+        except JSONDecodeError:
+            return False
+        if type(d) is not dict:
+            return False
+        etype = d.get("type")
+        eid = d.get("id")
+        parent = d.get("parentId")
+        if (
+            type(etype) is not str
+            or etype == "session"
+            or type(eid) is not str
+            or not eid
+            or not (parent is None or type(parent) is str)
+        ):
+            return False
+        if etype == "message":
+            msg = d.get("message")
+            role = msg.get("role") if type(msg) is dict else None
+            kind = _ROLE_KINDS.get(role) if type(role) is str else None
+            if kind is None:
+                kind = file_kind(d)
+            target = note = None
+        else:
+            kind = file_kind(d) if etype in CONVERSATION_TYPES else None
+            target = d.get("targetId")
+            target = target if type(target) is str else None
+            note = _note(etype, d) if etype in _NOTE_FIELDS else None
+        ts = d.get("timestamp")
+        self.entries.append(
+            Entry(
+                eid,
+                parent or None,
+                etype,
+                ts if type(ts) is str else None,
+                self.lines,
+                start,
+                end,
+                kind,
+                target,
+                note,
+            )
+        )
+        if not self.first_entry_line:
+            self.first_entry_line = self.lines
+        return True
 
     def _tail(self, raw: bytes, start: int, end: int) -> None:
         """Parse a last line that has no newline yet, without committing it to the state.
@@ -252,7 +314,6 @@ class Parser:
         entry, problems = self._make_entry(value, line, start, end)
         self.problems.extend(problems)
         self.entries.append(entry)
-        self.stats.add(entry.type, value)
         if not self.first_entry_line:
             self.first_entry_line = line
 
@@ -282,17 +343,18 @@ class Parser:
             etype = "unknown"
         eid, parent = self._ids(d, line, problems)
         target = d.get("targetId")
+        ts = d.get("timestamp")
         entry = Entry(
-            id=eid,
-            parent_id=parent,
-            type=etype,
-            ts_ms=parse_ts_ms(d.get("timestamp")),
-            line=line,
-            start=start,
-            end=end,
-            kind=file_kind(d),
-            target_id=target if isinstance(target, str) else None,
-            note=_note(etype, d),
+            eid,
+            parent,
+            etype,
+            ts if isinstance(ts, str) else None,
+            line,
+            start,
+            end,
+            file_kind(d),
+            target if isinstance(target, str) else None,
+            _note(etype, d),
         )
         return entry, problems
 

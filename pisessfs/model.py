@@ -8,6 +8,7 @@ computed once and cached forever.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 #: Entry types that take a number (a file) in a leaf or node folder. Everything else shows
@@ -44,17 +45,16 @@ class Entry:
         "parent_id",
         "start",
         "target_id",
-        "ts_ms",
+        "ts",
         "type",
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 (positional: built 100,000 times per big session)
         self,
-        *,
         id: str,
         parent_id: str | None,
         type: str,
-        ts_ms: int | None,
+        ts: str | None,
         line: int,
         start: int,
         end: int,
@@ -65,7 +65,7 @@ class Entry:
         self.id = id
         self.parent_id = parent_id
         self.type = type
-        self.ts_ms = ts_ms  # entry timestamp in Unix ms, None when missing or invalid
+        self.ts = ts  # the entry's ISO timestamp as written (parsed only when needed)
         self.line = line
         self.start = start
         self.end = end
@@ -77,8 +77,23 @@ class Entry:
     def numbered(self) -> bool:
         return self.kind is not None
 
+    @property
+    def ts_ms(self) -> int | None:
+        """The timestamp in Unix ms, None when missing or invalid (Pi: NaN)."""
+        return parse_ts_ms(self.ts)
+
     def __repr__(self) -> str:
         return f"Entry({self.id!r}, parent={self.parent_id!r}, {self.type}, line {self.line})"
+
+
+def parse_ts_ms(value: object) -> int | None:
+    """An ISO timestamp as Unix milliseconds, or None when it is not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return int(datetime.fromisoformat(value).timestamp() * 1000)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 @dataclass(frozen=True, slots=True)

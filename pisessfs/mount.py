@@ -9,6 +9,7 @@ parsing and logging setup belong to ``cli``.
 from __future__ import annotations
 
 import faulthandler
+import functools
 import logging
 import signal
 from dataclasses import dataclass
@@ -93,7 +94,8 @@ async def _watch(watcher: Watcher, ops: Operations) -> None:
         try:
             for sf in watcher.handle(watcher.read()):
                 try:
-                    await trio.to_thread.run_sync(sf.load)
+                    await trio.to_thread.run_sync(functools.partial(sf.load, whole_only=True))
+                    sf.load()  # anything appended since: here, on the loop's thread
                 except Unreadable as err:
                     log.warning("cannot read %s: %s", sf.path, err)
                 ops.view.changed_session(sf.path)

@@ -12,18 +12,20 @@ runs :meth:`SessionFile.load` (``needs_load`` says whether it would).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import stat
 import threading
 import time
+import weakref
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .jsonl import Parser
+from .jsonl import Parser, Stats, decode_line
 from .model import Entry, Problem
 from .tree import Index, NeedsRebuild
 
@@ -56,17 +58,28 @@ class Identity:
 
 
 class Loaded:
-    """A parsed session: bytes, parser and index, valid for one epoch."""
+    """A parsed session: parser and index, valid for one epoch, and a descriptor of the file.
 
-    def __init__(self, path: str, epoch: int) -> None:
+    The file's bytes are not kept: an entry's line is read again (``pread``) when it is
+    rendered, through a descriptor opened with this state, so it reads the very file (inode)
+    that was parsed even if the path is replaced meanwhile. A parsed 100 MB session costs
+    its index only, about half the file's size.
+    """
+
+    def __init__(self, path: str, epoch: int, fd: int) -> None:
         self.path = path
         self.epoch = epoch
-        self.buf = bytearray()
+        self.fd = fd
+        weakref.finalize(self, os.close, fd)  # closed when no reader holds this state
+        self.size = 0  # bytes parsed
+        self.window = b""  # the last bytes parsed: proof that the file only grew since
         self.parser = Parser(path)
         self.index = Index()
         self.ident: Identity | None = None
         self.consumed = 0  # how many of parser.entries the index has seen
         self._tail_indexed = False
+        self._stats = Stats()
+        self._counted = 0
         self.reported: set[tuple[int, str]] = set()
         # Renders the view derives from this state. Entry-derived ones stay valid while the
         # file only grows; whole-session ones (VOLATILE) are dropped on every change.
@@ -86,18 +99,40 @@ class Loaded:
             out.append(Problem(0, "no-header", "no session header: Pi does not load this file"))
         return sorted(out, key=lambda p: p.line)
 
+    def stats(self) -> Stats:
+        """Counts, models, tokens and cost: gathered on demand (session.json), not while
+        indexing, and only over the entries not counted yet."""
+        entries = self.parser.entries
+        for e in entries[self._counted :]:
+            d, _ = decode_line(self.raw(e))
+            if isinstance(d, dict):
+                self._stats.add(e.type, d)
+        self._counted = len(entries)
+        return self._stats
+
     def raw(self, e: Entry) -> bytes:
-        return bytes(self.buf[e.start : e.end])
+        return os.pread(self.fd, e.end - e.start, e.start)
+
+    def read_all(self) -> bytes:
+        return os.pread(self.fd, self.size, 0)
 
     def nbytes(self) -> int:
-        return len(self.buf)
+        return self.size
 
     def absorb(self, data: bytes, ident: Identity) -> None:
         """Take ``data`` appended to the file and bring parser and index up to date."""
-        self.buf += data
+        self.size += len(data)
+        tail = data[-_WINDOW:]
+        self.window = tail if len(tail) == _WINDOW else (self.window + tail)[-_WINDOW:]
         self.ident = ident
-        self.parser.feed(self.buf)
-        self._index()
+        was_enabled = gc.isenabled()
+        gc.disable()  # ~10 objects per line, none cyclic: the collector only slows this down
+        try:
+            self.parser.feed(data)
+            self._index()
+        finally:
+            if was_enabled:
+                gc.enable()
         for k in VOLATILE:
             self.memo.pop(k, None)
         self._warn()
@@ -157,8 +192,13 @@ class SessionFile:
         except (OSError, Unreadable):
             return False  # load() reports it
 
-    def load(self) -> Loaded:
-        """The session brought up to date with the file; parses only what is new."""
+    def load(self, whole_only: bool = False) -> Loaded:
+        """The session brought up to date with the file; parses only what is new.
+
+        ``whole_only``: for a worker thread. Appends change the state others are reading, so
+        they are left to the event loop's thread (the next plain ``load``); a whole read
+        builds a new state and swaps it in.
+        """
         with self._lock:
             st = self.stat()
             ident = Identity.of(st)
@@ -167,62 +207,54 @@ class SessionFile:
                 self.store.touch(self)
                 return cur
             if cur is not None and self._grew(cur, ident):
-                self._append(cur, ident)
+                if not whole_only:
+                    self._append(cur, ident)
             else:
                 cur = self._reload(ident)
             self.store.touch(self)
             return cur
 
     def _grew(self, cur: Loaded, ident: Identity) -> bool:
+        """Whether the file only grew since ``cur`` read it (same inode, same last bytes)."""
         old = cur.ident
         if old is None or (old.dev, old.ino) != (ident.dev, ident.ino) or ident.size < old.size:
             return False
-        return self._window(old.size) == bytes(cur.buf[max(0, old.size - _WINDOW) : old.size])
-
-    def _window(self, end: int) -> bytes:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(max(0, end - _WINDOW))
-                return f.read(min(end, _WINDOW))
-        except OSError as err:
-            raise Unreadable(self.path, err) from None
+        w = len(cur.window)
+        return os.pread(cur.fd, w, cur.size - w) == cur.window
 
     def _append(self, cur: Loaded, ident: Identity) -> None:
-        old = cur.ident.size if cur.ident else 0
-        data = self._read(old)
-        cur.absorb(data, Identity(ident.dev, ident.ino, old + len(data), ident.mtime_ns))
+        data = _read_from(cur.fd, cur.size)
+        cur.absorb(data, Identity(ident.dev, ident.ino, cur.size + len(data), ident.mtime_ns))
 
     def _reload(self, ident: Identity) -> Loaded:
-        data = self._read(0)
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as err:
+            raise Unreadable(self.path, err) from None
+        st = os.fstat(fd)  # the identity of exactly what is read
+        fresh = Loaded(self.path, self.epoch, fd)
+        data = _read_from(fd, 0)
         # Bytes that merely grew since an eviction keep the epoch (and so the kernel's inodes);
         # anything else read whole again is a new version of the file.
-        if not self._continues_evicted(ident, data) and (
+        if not self._continues_evicted(st, data) and (
             self.loaded is not None or self._fingerprint is not None
         ):
             self.epoch += 1
-        fresh = Loaded(self.path, self.epoch)
-        fresh.absorb(data, Identity(ident.dev, ident.ino, len(data), ident.mtime_ns))
+            fresh.epoch = self.epoch
+        fresh.absorb(data, Identity(st.st_dev, st.st_ino, len(data), st.st_mtime_ns))
         self.loaded = fresh
         self._fingerprint = None
         return fresh
 
-    def _continues_evicted(self, ident: Identity, data: bytes) -> bool:
+    def _continues_evicted(self, st: os.stat_result, data: bytes) -> bool:
         if self._fingerprint is None:
             return False
         old, crc = self._fingerprint
         return (
-            (old.dev, old.ino) == (ident.dev, ident.ino)
+            (old.dev, old.ino) == (st.st_dev, st.st_ino)
             and len(data) >= old.size
             and zlib.crc32(data[max(0, old.size - _WINDOW) : old.size]) == crc
         )
-
-    def _read(self, offset: int) -> bytes:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(offset)
-                return f.read()
-        except OSError as err:
-            raise Unreadable(self.path, err) from None
 
     def forget(self) -> None:
         """The file is gone: drop its parsed state (open readers keep their snapshots). A file
@@ -236,9 +268,17 @@ class SessionFile:
         cur = self.loaded
         if cur is None or cur.ident is None:
             return
-        check = zlib.crc32(bytes(cur.buf[max(0, len(cur.buf) - _WINDOW) :]))
-        self._fingerprint = (cur.ident, check)
+        self._fingerprint = (cur.ident, zlib.crc32(cur.window))
         self.loaded = None
+
+
+def _read_from(fd: int, offset: int) -> bytes:
+    """Everything from ``offset`` to the end of the file."""
+    chunks = []
+    while chunk := os.pread(fd, 1 << 24, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 @dataclass(frozen=True, slots=True)

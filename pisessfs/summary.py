@@ -101,7 +101,7 @@ def session_json(s: Loaded, folder_of: FolderOf, listed: set[str]) -> bytes:
     ix = s.index
     p = s.parser
     header = p.header.fields if p.header else None
-    stats = p.stats
+    stats = s.stats()
     created = header.get("timestamp") if header else None
     modified = iso(stats.last_activity_ms) or created
     doc: dict[str, Any] = {

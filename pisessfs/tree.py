@@ -22,7 +22,8 @@ _NO_TS = 1 << 62  # invalid timestamps sort last
 
 
 def _order_key(e: Entry) -> tuple[int, int]:
-    return (e.ts_ms if e.ts_ms is not None else _NO_TS, e.line)
+    ms = e.ts_ms
+    return (_NO_TS if ms is None else ms, e.line)
 
 
 class NeedsRebuild(Exception):
@@ -52,30 +53,61 @@ class Index:
 
     def _build(self, entries: list[Entry]) -> None:
         seen: dict[str, Entry] = {}
+        forward = False  # a parent after its child: only then can there be a cycle
         for e in entries:
-            if e.id in seen:
-                first = seen[e.id]
+            eid = e.id
+            first = seen.get(eid)
+            if first is not None:
                 self.problems.append(
                     Problem(
                         e.line,
                         "duplicate-id",
-                        f"id {e.id} also on line {first.line}; line {e.line} wins, as in Pi",
+                        f"id {eid} also on line {first.line}; line {e.line} wins, as in Pi",
                     )
                 )
-            seen[e.id] = e
+            p = e.parent_id
+            if p is not None and p not in seen:
+                forward = True  # or an orphan, or a self-parent: sorted out below
+            seen[eid] = e
         self.by_id = seen
-        self.order = [e for e in entries if seen[e.id] is e]
-        for e in self.order:
-            self.parent[e.id] = self._effective_parent(e)
-        self._break_cycles()
-        for e in self.order:
-            p = self.parent[e.id]
-            (self.children.setdefault(p, []) if p is not None else self.roots).append(e.id)
-        for kids in self.children.values():
-            kids.sort(key=lambda i: _order_key(self.by_id[i]))
-        self._number()
+        if len(seen) != len(entries):
+            forward = True  # a later duplicate can move a parent after its children
+        order = entries if len(seen) == len(entries) else [e for e in entries if seen[e.id] is e]
+        self.order = list(order)
+        parent = self.parent
+        for e in order:
+            p = e.parent_id
+            if p is not None:
+                if p in seen and p != e.id:
+                    p = e.parent_id = seen[p].id  # the parent's own string: one per id
+                else:
+                    p = self._effective_parent(e)
+            parent[e.id] = p
+        if forward:
+            self._break_cycles()
+        children = self.children
+        roots = self.roots
+        for e in order:
+            p = parent[e.id]
+            if p is None:
+                roots.append(e.id)
+            elif p in children:
+                children[p].append(e.id)
+            else:
+                children[p] = [e.id]
+        by_id = self.by_id
+        for kids in children.values():
+            if len(kids) > 1:
+                kids.sort(key=lambda i: _order_key(by_id[i]))
+        if forward:
+            self._number()
+        else:
+            place = self._place
+            for e in order:  # parents come first: one pass in file order
+                place(e)
         for e in entries:
-            self._note_meta(e)
+            if e.type == "label":
+                self._note_meta(e)
         if entries:
             self.resume = entries[-1].id
 
@@ -128,15 +160,27 @@ class Index:
 
     def _place(self, e: Entry) -> None:
         """Number, anchor and leaf bookkeeping for ``e`` once its parent is placed."""
-        p = self.parent[e.id]
-        base = self.num[p] if p is not None else 0
-        up = self.anchor[p] if p is not None else None
-        self.num[e.id] = base + (1 if e.numbered else 0)
-        self.anchor[e.id] = e.id if e.numbered else up
-        if e.numbered and up is not None:
-            self.has_numbered_desc.add(up)
-        if e.id not in self.children:
-            self.leaves_by_anchor.setdefault(self.anchor[e.id], []).append(e.id)
+        eid = e.id
+        p = self.parent[eid]
+        if p is None:
+            base, up = 0, None
+        else:
+            base, up = self.num[p], self.anchor[p]
+        if e.kind is not None:
+            self.num[eid] = base + 1
+            self.anchor[eid] = eid
+            if up is not None:
+                self.has_numbered_desc.add(up)
+        else:
+            self.num[eid] = base
+            self.anchor[eid] = up
+        if eid not in self.children:
+            anchor = self.anchor[eid]
+            lst = self.leaves_by_anchor.get(anchor)
+            if lst is None:
+                self.leaves_by_anchor[anchor] = [eid]
+            else:
+                lst.append(eid)
 
     def _note_meta(self, e: Entry) -> None:
         if e.type == "label" and e.target_id is not None:
@@ -217,6 +261,17 @@ class Index:
             cur = self.anchor[p] if p is not None else None
         out.reverse()
         return out
+
+    def last_of_kind(self, eid: str, kind: str) -> Entry | None:
+        """The nearest numbered entry of ``kind`` on the path root..eid, walking up."""
+        cur = self.anchor.get(eid)
+        while cur is not None:
+            e = self.by_id[cur]
+            if e.kind == kind:
+                return e
+            p = self.parent[cur]
+            cur = self.anchor[p] if p is not None else None
+        return None
 
     def walk(self) -> Iterator[tuple[str, int, bool]]:
         """Pre-order (id, depth, is_last_sibling) over every root, children in Pi's order."""

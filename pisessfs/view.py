@@ -13,6 +13,7 @@ so a rewritten file never serves old bytes under an old inode.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import stat
@@ -147,7 +148,7 @@ class View:
         if key.kind in ("root", "proj", "scratch") or (attr_only and key.kind == "sess"):
             return None
         sf = self.store.session(key.path)
-        return sf.load if sf.needs_load() else None
+        return functools.partial(sf.load, whole_only=True) if sf.needs_load() else None
 
     def session(self, key: Key) -> Loaded:
         """The parsed session a node belongs to, brought up to date."""
@@ -180,12 +181,9 @@ class View:
         name = memo.get(leaf)
         if name is None:
             text = ""
-            for nid in reversed(s.index.numbered_path(leaf)):
-                e = s.index.by_id[nid]
-                if e.kind == "user":
-                    msg = render.message_of(self._parsed(s, e))
-                    text = render.content_text(msg.get("content"))
-                    break
+            e = s.index.last_of_kind(leaf, "user")
+            if e is not None:
+                text = render.content_text(render.message_of(self._parsed(s, e)).get("content"))
             slug = render.slug(text)
             name = memo[leaf] = render.sanitize(f"{leaf}-{slug}" if slug else leaf)
         return name
@@ -349,7 +347,7 @@ class View:
         mtime = s.ident.mtime_ns if s.ident else 0
         if kind == "current":
             return Attr(ino, stat.S_IFLNK | 0o777, len(self.readlink(ino)), mtime, 1, False)
-        size = len(s.buf) if kind == "jsonl" else len(self.content(ino))
+        size = s.size if kind == "jsonl" else len(self.content(ino))
         return Attr(ino, stat.S_IFREG | 0o444, size, mtime, 1, False)
 
     def _dir_attr(self, ino: int, path: str, perm: int) -> Attr:
@@ -370,7 +368,7 @@ class View:
             return bytes(self.nodes[ino].data)
         s = self._session(key)
         if key.kind == "jsonl":
-            return bytes(s.buf)
+            return s.read_all()
         if key.kind in ("tree", "json"):
             return self._session_text(s, key.kind)
         if key.kind != "msg":
@@ -417,13 +415,9 @@ class View:
         if key.kind != "jsonl":
             return Snapshot(self.content(ino))
         s = self._session(key)
-        # The real file's first bytes, through a descriptor of its own: append-only bytes stay
-        # put, and a file replaced or deleted meanwhile is still read as it was (no copy).
-        try:
-            fd = os.open(s.path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as err:
-            raise Denied(f"{s.path}: {err.strerror}") from None
-        return FileSnapshot(fd, len(s.buf))
+        # The parsed file's first bytes, through a descriptor of its own: append-only bytes
+        # stay put, and a file replaced or deleted meanwhile is still read as it was (no copy).
+        return FileSnapshot(os.dup(s.fd), s.size)
 
     def readlink(self, ino: int) -> bytes:
         key = self.key(ino)

@@ -28,7 +28,6 @@ from .sessions import Identity, Loaded
 log = logging.getLogger(__name__)
 
 DEFAULT_CAP = 8 << 20  # bytes of message text
-TAIL_CHECK = 4096  # bytes before the known end compared when another writer appended
 
 
 class Refused(Exception):
@@ -171,8 +170,7 @@ def prepare(s: Loaded, msg: NewMessage, now: float | None = None) -> Pending:
         raise Stale(s.path, "the file was never read")
     entry_id = new_id({e.id for e in s.entries})
     line = build_line(entry_id, msg, time.time() if now is None else now)
-    tail = bytes(s.buf[max(0, len(s.buf) - TAIL_CHECK) :])
-    return Pending(s.path, s.ident, entry_id, line, tail)
+    return Pending(s.path, s.ident, entry_id, line, s.window)
 
 
 def write(p: Pending) -> None:

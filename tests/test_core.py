@@ -5,6 +5,7 @@ Needs nothing but Python; runs on any machine.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import orjson
@@ -12,7 +13,7 @@ import pytest
 
 from pisessfs import render
 from pisessfs.jsonl import Parser
-from pisessfs.sessions import SessionFile, Store, Unreadable
+from pisessfs.sessions import Store
 from pisessfs.tree import Index
 from pisessfs.view import Denied, Key, NotFound, View
 from tests import damaged
@@ -110,7 +111,7 @@ def test_torn_tail_is_provisional_until_its_newline() -> None:
     p = Parser()
     p.feed(whole[:-1])  # the line is complete JSON but has no newline yet: Pi loads it
     assert p.tail is not None and p.tail.id == "0000000a"
-    p.feed(whole)
+    p.feed(whole[-1:])
     assert p.tail is None and p.entries[-1].id == "0000000a"
     assert len(p.entries) == 4
 
@@ -238,17 +239,68 @@ def test_unreadable_session_is_denied_alone(
 ) -> None:
     for name in ("ok", "locked"):
         (tmp_path / f"{name}.jsonl").write_bytes(damaged.good())
-    real_read = SessionFile._read
+    real_open = os.open
 
-    def fake_read(self: SessionFile, offset: int) -> bytes:  # fault injection: EACCES
-        if self.path.endswith("locked.jsonl"):
-            raise Unreadable(self.path, PermissionError(13, "Permission denied"))
-        return real_read(self, offset)
+    def fake_open(path: str, flags: int, *args: int) -> int:  # fault injection: EACCES
+        if str(path).endswith("locked.jsonl"):
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, flags, *args)
 
-    monkeypatch.setattr(SessionFile, "_read", fake_read)
+    monkeypatch.setattr(os, "open", fake_open)  # root reads any file: chmod cannot do this
     v = View(Store(str(tmp_path)))
     locked = v.lookup(1, "locked").ino
     with pytest.raises(Denied):
         v.children(locked)
     ok = v.lookup(1, "ok").ino
     assert "leaves" in dict(v.children(ok))
+
+
+def reference_path(by_id: dict[str, dict[str, object]], eid: str) -> list[str] | None:
+    """Pi's walk (getBranch), with a guard: None when the ancestry loops."""
+    out: list[str] = []
+    cur: object = eid
+    while isinstance(cur, str) and cur in by_id:
+        if cur in out:
+            return None
+        out.append(cur)
+        parent = by_id[cur]["parentId"]
+        cur = None if parent == cur else parent
+    return out[::-1]
+
+
+@pytest.mark.warns  # duplicates and orphans are reported
+@pytest.mark.parametrize("seed", range(30))
+def test_index_agrees_with_a_plain_walk_on_random_trees(seed: int) -> None:
+    import random
+
+    rnd = random.Random(seed)
+    ids = [f"{i:08x}" for i in range(60)]
+    lines: list[dict[str, object]] = []
+    for i in range(80):
+        eid = rnd.choice(ids[: i + 1]) if rnd.random() < 0.1 else ids[min(i, 59)]
+        parent = (
+            rnd.choice([None, *ids[: max(1, i)]])
+            if rnd.random() < 0.3
+            else (lines[-1]["id"] if lines else None)
+        )
+        etype = rnd.choice(["message", "message", "label", "model_change"])
+        lines.append(
+            {
+                "type": etype,
+                "id": eid,
+                "parentId": parent,
+                "targetId": eid,
+                "timestamp": f"2026-01-01T00:00:{rnd.randrange(60):02d}.000Z",
+                "message": {"role": "user", "content": "x"},
+            }
+        )
+    rnd.shuffle(lines)
+    ix = index(line(HEADER) + b"".join(line(x) for x in lines))
+    by_id = {str(x["id"]): x for x in lines}  # later lines win, as in Pi
+    kinds = {str(x["id"]): x["type"] for x in lines}
+    for eid in by_id:
+        want = reference_path(by_id, eid)
+        if want is None:
+            continue  # Pi would loop; ours is broken somewhere on the cycle
+        assert ix.path(eid) == want
+        assert ix.numbered_path(eid) == [i for i in want if kinds[i] == "message"]
