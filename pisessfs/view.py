@@ -96,6 +96,7 @@ class Attr:
 
 
 _DIRS = frozenset({"root", "proj", "sess", "leaves", "nodes", "edir"})
+_IMMUTABLE = frozenset({"edir", "msg"})
 _SESSION_KIND = {
     "current": "current",
     "leaves": "leaves",
@@ -148,6 +149,8 @@ class View:
         if key.kind in ("root", "proj", "scratch") or (attr_only and key.kind == "sess"):
             return None
         sf = self.store.session(key.path)
+        if key.kind in _IMMUTABLE and sf.loaded is not None and sf.loaded.epoch == key.epoch:
+            return None
         return functools.partial(sf.load, whole_only=True) if sf.needs_load() else None
 
     def session(self, key: Key) -> Loaded:
@@ -155,8 +158,15 @@ class View:
         return self._session(key)
 
     def _session(self, key: Key) -> Loaded:
+        sf = self.store.session(key.path)
+        if key.kind in _IMMUTABLE:
+            # What an entry shows never changes: no need to look at the file again (the hot
+            # path of grep -r and ls -lR).
+            s = sf.loaded
+            if s is not None and s.epoch == key.epoch:
+                return s
         try:
-            s = self.store.session(key.path).load()
+            s = sf.load()
         except Unreadable as err:
             raise Denied(str(err)) from None
         if key.kind in ("edir", "msg") and key.epoch != s.epoch:
@@ -209,6 +219,16 @@ class View:
                 return cand
             cut = name.find("-", cut + 1)
         raise NotFound(name)
+
+    def _file_named(self, s: Loaded, key: Key, name: str) -> Key:
+        memo: dict[str, dict[str, Key]] = s.memo.setdefault("names", {})
+        table = memo.get(key.eid)
+        if table is None:
+            table = memo[key.eid] = dict(self._files(s, key))
+        found = table.get(name)
+        if found is None:
+            raise NotFound(name)
+        return found
 
     def _files(self, s: Loaded, key: Key) -> list[tuple[str, Key]]:
         """The numbered files (and images) of entry folder ``key``, in path order."""
@@ -265,10 +285,7 @@ class View:
             self._entry(s, name)
             return Key("edir", key.path, s.epoch, name, "nodes")
         if kind == "edir":
-            for fname, k in self._files(s, key):
-                if fname == name:
-                    return k
-            raise NotFound(name)
+            return self._file_named(s, key, name)
         raise NotADir(name)
 
     def _session_child(self, key: Key, name: str) -> Key:
