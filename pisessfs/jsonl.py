@@ -192,22 +192,25 @@ class Parser:
     def feed(self, data: bytes) -> None:
         """Parse ``data``, the bytes appended to the file since the last feed (all of it the
         first time): its complete lines, then a last line without newline provisionally."""
-        pos = self.offset  # file offset of chunk[0]
-        chunk = self._pending + data if self._pending else data
-        find = chunk.find
+        pos = self.offset  # file offset of the first byte not consumed (the pending line's)
+        pending = self._pending
+        find = data.find
         fast = self._fast
         at = 0
-        # Line by line (not split()): each line's copy is freed at once, so a 100 MB file
-        # never has a second copy of itself in memory.
+        # Line by line (not split()): each line's copy is freed at once, so a big file never
+        # has a second copy of itself in memory. A line begun in an earlier feed is joined
+        # with its end only (never the whole chunk).
         while (nl := find(b"\n", at)) >= 0:
-            raw = chunk[at:nl]
+            raw = pending + data[at:nl] if pending else data[at:nl]
+            start = pos
+            pos += len(raw) + 1
+            pending = b""
             self.lines += 1
-            if not fast(raw, pos + at, pos + nl):
-                self._line(raw, self.lines, pos + at, pos + nl)
+            if not fast(raw, start, pos - 1):
+                self._line(raw, self.lines, start, pos - 1)
             at = nl + 1
-        tail = chunk[at:]  # after the last newline: b"" or a line still being written
-        self._pending = tail
-        pos += at
+        tail = pending + data[at:] if pending else data[at:]
+        self._pending = tail  # after the last newline: b"" or a line still being written
         self.offset = pos
         self.tail = None
         self.tail_problem = None

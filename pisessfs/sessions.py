@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 VOLATILE = ("listed", "tree", "json")
 _RACY_NS = 100_000_000
 _WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
+# Bytes read and parsed at a time: above glibc's largest mmap threshold (32 MiB), so each
+# chunk is its own mapping, given back to the system when parsed (no heap left behind).
+_CHUNK = 40 << 20
 
 
 class Unreadable(Exception):
@@ -119,16 +122,19 @@ class Loaded:
     def nbytes(self) -> int:
         return self.size
 
-    def absorb(self, data: bytes, ident: Identity) -> None:
-        """Take ``data`` appended to the file and bring parser and index up to date."""
-        self.size += len(data)
-        tail = data[-_WINDOW:]
-        self.window = tail if len(tail) == _WINDOW else (self.window + tail)[-_WINDOW:]
-        self.ident = ident
+    def absorb(self, offset: int, ident: Identity) -> None:
+        """Read the file from ``offset`` (the bytes parsed so far) to its end, in chunks (a
+        100 MB file is never in memory whole), and bring parser and index up to date."""
         was_enabled = gc.isenabled()
         gc.disable()  # ~10 objects per line, none cyclic: the collector only slows this down
         try:
-            self.parser.feed(data)
+            while chunk := os.pread(self.fd, _CHUNK, offset):
+                offset += len(chunk)
+                self.size += len(chunk)
+                tail = chunk[-_WINDOW:]
+                self.window = tail if len(tail) == _WINDOW else (self.window + tail)[-_WINDOW:]
+                self.parser.feed(chunk)
+            self.ident = Identity(ident.dev, ident.ino, self.size, ident.mtime_ns)
             self._index()
         finally:
             if was_enabled:
@@ -223,8 +229,10 @@ class SessionFile:
         return os.pread(cur.fd, w, cur.size - w) == cur.window
 
     def _append(self, cur: Loaded, ident: Identity) -> None:
-        data = _read_from(cur.fd, cur.size)
-        cur.absorb(data, Identity(ident.dev, ident.ino, cur.size + len(data), ident.mtime_ns))
+        try:
+            cur.absorb(cur.size, ident)
+        except OSError as err:
+            raise Unreadable(self.path, err) from None
 
     def _reload(self, ident: Identity) -> Loaded:
         try:
@@ -232,28 +240,30 @@ class SessionFile:
         except OSError as err:
             raise Unreadable(self.path, err) from None
         st = os.fstat(fd)  # the identity of exactly what is read
-        fresh = Loaded(self.path, self.epoch, fd)
-        data = _read_from(fd, 0)
         # Bytes that merely grew since an eviction keep the epoch (and so the kernel's inodes);
         # anything else read whole again is a new version of the file.
-        if not self._continues_evicted(st, data) and (
+        if not self._continues_evicted(st, fd) and (
             self.loaded is not None or self._fingerprint is not None
         ):
             self.epoch += 1
-            fresh.epoch = self.epoch
-        fresh.absorb(data, Identity(st.st_dev, st.st_ino, len(data), st.st_mtime_ns))
+        fresh = Loaded(self.path, self.epoch, fd)
+        try:
+            fresh.absorb(0, Identity.of(st))
+        except OSError as err:
+            raise Unreadable(self.path, err) from None
         self.loaded = fresh
         self._fingerprint = None
         return fresh
 
-    def _continues_evicted(self, st: os.stat_result, data: bytes) -> bool:
+    def _continues_evicted(self, st: os.stat_result, fd: int) -> bool:
         if self._fingerprint is None:
             return False
         old, crc = self._fingerprint
+        start = max(0, old.size - _WINDOW)
         return (
             (old.dev, old.ino) == (st.st_dev, st.st_ino)
-            and len(data) >= old.size
-            and zlib.crc32(data[max(0, old.size - _WINDOW) : old.size]) == crc
+            and st.st_size >= old.size
+            and zlib.crc32(os.pread(fd, old.size - start, start)) == crc
         )
 
     def forget(self) -> None:
@@ -270,15 +280,6 @@ class SessionFile:
             return
         self._fingerprint = (cur.ident, zlib.crc32(cur.window))
         self.loaded = None
-
-
-def _read_from(fd: int, offset: int) -> bytes:
-    """Everything from ``offset`` to the end of the file."""
-    chunks = []
-    while chunk := os.pread(fd, 1 << 24, offset):
-        chunks.append(chunk)
-        offset += len(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 @dataclass(frozen=True, slots=True)
