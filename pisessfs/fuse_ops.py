@@ -165,11 +165,10 @@ class Operations(pyfuse3.Operations):
         if self.editor.open(fh, inode, flags):
             # Written files bypass the page cache: what a reader sees is always our bytes.
             return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
-        attr = self.view.getattr(inode)
         # Every open file reads a snapshot taken here, so a reader holding it open sees one
         # consistent version while its session grows, is rewritten or disappears.
         self._files[fh] = self.view.snapshot(inode)
-        return pyfuse3.FileInfo(fh=fh, keep_cache=attr.immutable)
+        return pyfuse3.FileInfo(fh=fh, keep_cache=self.view.immutable(inode))
 
     @handler
     async def read(self, fh: int, off: int, size: int) -> bytes:

@@ -153,6 +153,10 @@ class View:
             return None
         return functools.partial(sf.load, whole_only=True) if sf.needs_load() else None
 
+    def immutable(self, ino: int) -> bool:
+        """Whether the node's bytes can never change (the kernel may cache them for long)."""
+        return self.key(ino).kind in _IMMUTABLE
+
     def session(self, key: Key) -> Loaded:
         """The parsed session a node belongs to, brought up to date."""
         return self._session(key)
