@@ -47,9 +47,10 @@ ERRNO: dict[type[Exception], int] = {
 }
 
 #: Kernel cache lifetimes: immutable nodes (entry folders, message files) for an hour;
-#: everything that changes when a session grows is looked at again after a second.
+#: what changes when a session grows is invalidated by the live view when it changes, and
+#: looked at again after 10 s in any case (a folder inotify could not watch).
 IMMUTABLE_TIMEOUT = 3600.0
-MUTABLE_TIMEOUT = 1.0
+MUTABLE_TIMEOUT = 10.0
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -28,6 +28,9 @@ class Problem:
         return {"line": self.line, "kind": self.kind, "detail": self.detail}
 
 
+_NOT_YET = -(1 << 62)  # Entry._ms before its timestamp is parsed
+
+
 class Entry:
     """One non-header line of a session, reduced to what the tree needs.
 
@@ -37,6 +40,7 @@ class Entry:
     """
 
     __slots__ = (
+        "_ms",
         "end",
         "id",
         "kind",
@@ -72,6 +76,7 @@ class Entry:
         self.kind = kind  # file kind ("user", "tool-bash", ...) or None: no number
         self.target_id = target_id  # label / context_edit target
         self.note = note  # label text, model id, thinking level, session name: tree previews
+        self._ms: int | None = _NOT_YET  # ts_ms, parsed on first use
 
     @property
     def numbered(self) -> bool:
@@ -80,7 +85,10 @@ class Entry:
     @property
     def ts_ms(self) -> int | None:
         """The timestamp in Unix ms, None when missing or invalid (Pi: NaN)."""
-        return parse_ts_ms(self.ts)
+        ms = self._ms
+        if ms == _NOT_YET:
+            ms = self._ms = parse_ts_ms(self.ts)
+        return ms
 
     def __repr__(self) -> str:
         return f"Entry({self.id!r}, parent={self.parent_id!r}, {self.type}, line {self.line})"

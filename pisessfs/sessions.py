@@ -404,10 +404,16 @@ class Store:
         """Mark ``sf`` recently used and evict others past the byte cap."""
         with self._lru_lock:
             size = sf.loaded.nbytes() if sf.loaded is not None else 0
-            self._total += size - self._lru.pop(sf.path, 0)
-            self._lru[sf.path] = size
-            for path in list(self._lru):
-                if self._total <= self.cache_bytes or path == sf.path:
+            old = self._lru.get(sf.path)
+            if old is None:
+                self._lru[sf.path] = size
+            else:
+                self._lru[sf.path] = size
+                self._lru.move_to_end(sf.path)  # O(1): this runs on every request
+            self._total += size - (old or 0)
+            while self._total > self.cache_bytes and len(self._lru) > 1:
+                path = next(iter(self._lru))
+                if path == sf.path:
                     break
                 self._total -= self._lru.pop(path)
                 self._files[path].evict()
