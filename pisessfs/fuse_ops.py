@@ -69,6 +69,9 @@ def handler(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[An
             code = _errno_of(exc)
             log.debug("%s%r: %s (%s)", fn.__name__, args[1:], errno.errorcode[code], exc)
             raise pyfuse3.FUSEError(code) from None
+        except OSError as exc:  # the real file system said no (a full disk, say): pass it on
+            log.warning("%s%r: %s", fn.__name__, args[1:], exc)
+            raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
         except Exception:
             log.exception("unexpected error in %s%r: answered EIO", fn.__name__, args[1:])
             raise pyfuse3.FUSEError(errno.EIO) from None
@@ -281,6 +284,7 @@ class Operations(pyfuse3.Operations):
     async def _run(self, job: Job | None) -> None:
         """Write a prepared commit off the event loop, retrying when another writer raced."""
         if job is None:
+            self.drain()  # a rename without a commit still changed names
             return
         lock = self._locks.setdefault(job.binding.path, trio.Lock())
         async with lock:

@@ -185,7 +185,6 @@ class Parser:
         self.problems: list[Problem] = []
         self.tail: Entry | None = None
         self.tail_problem: Problem | None = None
-        self.first_entry_line = 0  # line of the first parsed non-header line
         self._pending = b""  # bytes after the last newline, parsed again with the next feed
         self._v1_ids_noted = False
 
@@ -268,8 +267,6 @@ class Parser:
                 note,
             )
         )
-        if not self.first_entry_line:
-            self.first_entry_line = self.lines
         return True
 
     def _tail(self, raw: bytes, start: int, end: int) -> None:
@@ -317,8 +314,6 @@ class Parser:
         entry, problems = self._make_entry(value, line, start, end)
         self.problems.extend(problems)
         self.entries.append(entry)
-        if not self.first_entry_line:
-            self.first_entry_line = line
 
     def _first(self, d: dict[str, Any], line: int) -> None:
         if d.get("type") == "session" and isinstance(d.get("id"), str):

@@ -15,8 +15,6 @@ from typing import Any
 
 import orjson
 
-from .model import CONVERSATION_TYPES
-
 _IMAGE_EXT = {
     "image/png": "png",
     "image/jpeg": "jpg",
@@ -362,7 +360,3 @@ def call_preview(call: dict[str, Any]) -> str:
         else:
             arg = orjson.dumps(args).decode()
     return f"[{name}: {one_line(arg, 60)}]"
-
-
-def is_conversation(d: dict[str, Any]) -> bool:
-    return d.get("type") in CONVERSATION_TYPES

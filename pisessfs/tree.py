@@ -14,7 +14,7 @@ the caller for a full rebuild, which is rare and correct.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from .model import Entry, Problem
 
@@ -272,16 +272,3 @@ class Index:
             p = self.parent[cur]
             cur = self.anchor[p] if p is not None else None
         return None
-
-    def walk(self) -> Iterator[tuple[str, int, bool]]:
-        """Pre-order (id, depth, is_last_sibling) over every root, children in Pi's order."""
-        stack: list[tuple[str, int, bool]] = [
-            (r, 0, i == len(self.roots) - 1) for i, r in enumerate(self.roots)
-        ][::-1]
-        while stack:
-            eid, depth, last = stack.pop()
-            yield eid, depth, last
-            kids = self.children.get(eid, [])
-            stack.extend(
-                (k, depth + 1, i == len(kids) - 1) for i, k in reversed(list(enumerate(kids)))
-            )

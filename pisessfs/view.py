@@ -97,6 +97,7 @@ class Attr:
 
 _DIRS = frozenset({"root", "proj", "sess", "leaves", "nodes", "edir"})
 _IMMUTABLE = frozenset({"edir", "msg"})
+Rendered = tuple[bytes, list[tuple[str, bytes]]]  # a message file's text and its images
 _SESSION_KIND = {
     "current": "current",
     "leaves": "leaves",
@@ -114,7 +115,7 @@ class View:
         self.store = store
         self._ino: dict[Key, int] = {Key("root"): ROOT_INO}
         self._keys: list[Key] = [Key("none"), Key("root")]
-        self._cache: OrderedDict[Key, bytes] = OrderedDict()
+        self._cache: OrderedDict[Key, Rendered] = OrderedDict()
         self._cache_bytes = 0
         self._cache_cap = render_cache_bytes
         self.overlays: dict[Key, Overlay] = {}  # entry folder -> its scratch layer
@@ -394,20 +395,28 @@ class View:
             return self._session_text(s, key.kind)
         if key.kind != "msg":
             raise NotFound(ino)
-        cached = self._cache.get(key)
-        if cached is not None:
+        text, images = self._rendered(s, key._replace(k=0))
+        if not key.k:
+            return text
+        return images[key.k - 1][1] if key.k <= len(images) else b""
+
+    def _rendered(self, s: Loaded, key: Key) -> Rendered:
+        """An entry's message file and its images, from one parse, kept in a byte-capped LRU."""
+        hit = self._cache.get(key)
+        if hit is not None:
             self._cache.move_to_end(key)
-            return cached
-        if key.k:
-            images = self._images(s, key._replace(k=0))
-            data = images[key.k - 1][1] if key.k <= len(images) else b""
-        else:
-            data = render.render(self._parsed(s, self._entry(s, key.eid)))
-        self._remember(key, data)
-        return data
+            return hit
+        d = self._parsed(s, self._entry(s, key.eid))
+        done = (render.render(d), render.images(d))
+        self._cache[key] = done
+        self._cache_bytes += _weight(done)
+        while self._cache_bytes > self._cache_cap and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._cache_bytes -= _weight(old)
+        return done
 
     def _images(self, s: Loaded, key: Key) -> list[tuple[str, bytes]]:
-        return render.images(self._parsed(s, self._entry(s, key.eid)))
+        return self._rendered(s, key._replace(k=0))[1]
 
     def _session_text(self, s: Loaded, kind: str) -> bytes:
         memo = s.memo
@@ -419,16 +428,6 @@ class View:
                 memo[kind] = summary.session_json(s, folder_of, set(self.listed(s)))
         data: bytes = memo[kind]
         return data
-
-    def _remember(self, key: Key, data: bytes) -> None:
-        self._cache[key] = data
-        self._cache_bytes += len(data)
-        while self._cache_bytes > self._cache_cap and len(self._cache) > 1:
-            _, old = self._cache.popitem(last=False)
-            self._cache_bytes -= len(old)
-
-    def read(self, ino: int, off: int, size: int) -> bytes:
-        return self.content(ino)[off : off + size]
 
     def snapshot(self, ino: int) -> Snapshot:
         """The bytes an open file reads until it is closed, whatever happens to its session."""
@@ -556,6 +555,10 @@ class FileSnapshot(Snapshot):
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+def _weight(r: Rendered) -> int:
+    return len(r[0]) + sum(len(data) for _, data in r[1])
 
 
 def _ns(e: Entry) -> int:
