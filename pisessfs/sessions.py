@@ -37,6 +37,7 @@ _WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
 # Bytes read and parsed at a time: above glibc's largest mmap threshold (32 MiB), so each
 # chunk is its own mapping, given back to the system when parsed (no heap left behind).
 _CHUNK = 40 << 20
+INLINE_BYTES = 512 << 10  # files below this are parsed on the event loop (a few ms at most)
 
 
 class Unreadable(Exception):
@@ -187,16 +188,25 @@ class SessionFile:
             raise Unreadable(self.path, err) from None
 
     def needs_load(self) -> bool:
-        """Whether :meth:`load` would parse the whole file, or wait for a thread that does
-        (slow: run it off the event loop). Growth is read inline: it costs only new bytes."""
+        """Whether :meth:`load` would parse a big file whole, or wait for a thread that does
+        (slow: run it off the event loop). Growth is read inline (it costs only new bytes),
+        and so is a small file: a thread hop costs more than parsing a few hundred KiB."""
+        if self._lock.locked():
+            return True
         cur = self.loaded
-        if cur is None or cur.ident is None or self._lock.locked():
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False  # load() reports it
+        if st.st_size < INLINE_BYTES:
+            return False
+        if cur is None or cur.ident is None:
             return True
         try:
-            ident = Identity.of(os.stat(self.path))
+            ident = Identity.of(st)
             return ident != cur.ident and not self._grew(cur, ident)
         except (OSError, Unreadable):
-            return False  # load() reports it
+            return False
 
     def load(self, whole_only: bool = False) -> Loaded:
         """The session brought up to date with the file; parses only what is new.
