@@ -57,7 +57,8 @@ class Job:
     """A prepared commit: the line to append and what to do once it is in the file."""
 
     binding: Binding
-    data: bytes
+    data: bytes  # what the file held when saved
+    text: str  # the message text from it
     pending: writer.Pending
     node: Node | None
     folder: Key | None
@@ -242,7 +243,7 @@ class Editor:
             log.debug("%s: unchanged save, nothing appended", binding.path)
             return None
         text = writer.decode_text(binding.path, data, self.cap)
-        text = text[:-1] if text.endswith("\n") else text
+        text = text.removesuffix("\n")  # the newline a message file ends with, not the text's
         if not text.strip():
             log.info("%s: empty message not appended", binding.path)
             return None
@@ -256,20 +257,16 @@ class Editor:
         except writer.Refused as err:
             log.warning("save refused (%s): %s", err.kind, err)
             raise
-        return Job(binding, data, pending, node, folder, name, self._current_folder(s))
+        return Job(binding, data, text, pending, node, folder, name, self._current_folder(s))
 
     def again(self, job: Job) -> Job:
         """The same commit prepared against the file as it is now (another writer appended)."""
         s = self.view.store.session(job.binding.path).load()
         msg = writer.NewMessage(
-            job.binding.parent_id, self._text(job), self._images(s, job.binding.edit_of)
+            job.binding.parent_id, job.text, self._images(s, job.binding.edit_of)
         )
         job.pending = writer.prepare(s, msg)
         return job
-
-    def _text(self, job: Job) -> str:
-        text = job.data.decode("utf-8")
-        return text[:-1] if text.endswith("\n") else text
 
     def _images(self, s: Loaded, eid: str | None) -> tuple[dict[str, Any], ...]:
         if eid is None or eid not in s.index.by_id:

@@ -61,6 +61,8 @@ def handler(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[An
 
     @functools.wraps(fn)
     async def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
+        if log.isEnabledFor(logging.DEBUG):  # --debug: every request
+            log.debug("%s%r", fn.__name__, args[1:])
         try:
             return await fn(*args, **kwargs)
         except pyfuse3.FUSEError:
