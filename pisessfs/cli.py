@@ -212,7 +212,14 @@ def _demo_hints(mnt: Path) -> None:
   grep -r "unicode fractions" .
   getfattr -d $S/current/0002-user.md
 
-Unmount with: pisessfs umount {mnt}""")
+Unmount with: {_me()} umount {mnt}""")
+
+
+def _me() -> str:
+    """How to call this program again: ``pisessfs`` when that is on PATH, else its path."""
+    me = os.path.abspath(sys.argv[0])
+    found = shutil.which("pisessfs")
+    return "pisessfs" if found and os.path.abspath(found) == me else me
 
 
 if __name__ == "__main__":
