@@ -66,6 +66,11 @@ class Job:
     old_current: Key | None
 
 
+def _text_of(saved: str) -> str:
+    """The message text in a saved file: CRLF read as LF, the file's final newline dropped."""
+    return saved.replace("\r\n", "\n").removesuffix("\n")
+
+
 class Editor:
     """Write handles and scratch-layer operations over a :class:`View`."""
 
@@ -106,6 +111,8 @@ class Editor:
         if ov is not None and name in ov.whiteouts:
             # re-created after a rename-away (vim, emacs): saving it edits that message
             return self._edit_binding(s, self._message_key(folder, name))
+        if ov is not None and name in ov.reserved:
+            return ov.reserved.pop(name)  # a saved new file, re-created: edits its message
         if not binds_message(name):
             return None
         self._check(s)
@@ -242,8 +249,10 @@ class Editor:
         if data == binding.baseline:
             log.debug("%s: unchanged save, nothing appended", binding.path)
             return None
-        text = writer.decode_text(binding.path, data, self.cap)
-        text = text.removesuffix("\n")  # the newline a message file ends with, not the text's
+        text = _text_of(writer.decode_text(binding.path, data, self.cap))
+        if binding.baseline and text == _text_of(binding.baseline.decode("utf-8", "replace")):
+            log.debug("%s: same text (line ends aside), nothing appended", binding.path)
+            return None
         if not text.strip():
             log.info("%s: empty message not appended", binding.path)
             return None
@@ -297,20 +306,34 @@ class Editor:
         links = list(job.node.links) if job.node is not None else []
         if job.node is not None:
             self.view.unlink_everywhere(job.node)
-        if job.node is not None and binding.edit_of is None:
+        if job.node is not None and (binding.edit_of is None or binding.alias):
             # A new message: its name now stands for that message, in its own leaf folder
             # (where current/ leads), and saving it again edits it.
             binding.edit_of = new
+            binding.alias = True
             self.view.link(job.node, new_folder, links[0][1] if links else f"{new}.md")
         else:
             for folder, name in links:  # an edit: the old folder shows the original again
                 self.view.whiteout(folder, name, False)
+            if job.node is not None:
+                self._drop(job.node)
         if job.folder is not None and job.name is not None:
             self.view.whiteout(job.folder, job.name, False)
         binding.baseline = job.data
-        if job.old_current is not None and job.folder in (None, job.old_current):
+        if job.old_current is not None and self._through_current(job, s):
             self._follow(job.old_current, new_folder)
         self.view.changed_session(s.path)
+
+    def _through_current(self, job: Job, s: Loaded) -> bool:
+        """Whether the save was (likely) made through ``current/``: in its folder, or in
+        place on a message of the branch ``current`` showed."""
+        old = job.old_current
+        if old is None:
+            return False
+        if job.folder is not None:
+            return job.folder == old
+        edited = job.binding.edit_of
+        return edited is not None and edited in s.index.numbered_path(old.eid)
 
     def _follow(self, old: Key, new: Key) -> None:
         """Scratch files of the folder ``current`` showed follow it to the new leaf, so that
@@ -326,7 +349,7 @@ class Editor:
         """A last chance to commit (errors here are lost: flush already tried)."""
         try:
             return self.prepare(fh)
-        except (writer.Refused, OSError) as err:
+        except Exception as err:
             log.warning("release: commit failed: %s", err)
             return None
 
@@ -337,12 +360,31 @@ class Editor:
         if h.buf is not None:
             self.view.changed_inode(h.ino)  # the kernel may hold the bytes we were sent
         node = h.node
-        if (
-            node is not None
-            and not node.links
-            and not any(o.node is node for o in self.handles.values())
-        ):
-            self.view.nodes.pop(node.ino, None)
+        if node is None or self._open(node):
+            return
+        binding = node.binding
+        if binding is not None and binding.edit_of is not None and not h.dirty:
+            # An unchanged save over a message (vim's rename-away and re-create): the stand-in
+            # goes and the message shows again, with its own inode, times and id.
+            for folder, name in list(node.links):
+                ov = self.view.overlays.get(folder)
+                if ov is not None and name in ov.whiteouts:
+                    self.view.unlink(node, folder, name)
+                    self.view.whiteout(folder, name, False)
+        self._drop(node)
+
+    def _open(self, node: Node) -> bool:
+        return any(o.node is node for o in self.handles.values())
+
+    def _drop(self, node: Node) -> None:
+        self.view.drop_if_unused(node, {o.node.ino for o in self.handles.values() if o.node})
+
+    def forget(self, ino: int) -> None:
+        """The kernel dropped ``ino``: a scratch node it named can go once unlinked."""
+        node = self.view.nodes.get(ino)
+        if node is not None:
+            node.forgotten = True
+            self._drop(node)
 
     # -- names ------------------------------------------------------------------------------
 
@@ -352,6 +394,7 @@ class Editor:
         node = ov.names.get(name) if ov is not None else None
         if node is not None:
             self.view.unlink_everywhere(node)
+            self._drop(node)
             if node.snapshot_of is not None and ov is not None and node.snapshot_of not in ov.names:
                 self.view.whiteout(folder, node.snapshot_of, False)  # the original is back
             return
@@ -378,6 +421,9 @@ class Editor:
             raise Exists(new)
         if isinstance(target, Key) or self._whited_out(dst, new):
             return self._save_over(src, old, dst, new, node)
+        if node.binding is not None and node.binding.alias and ov is not None:
+            ov.reserved[old] = node.binding  # vim moves a saved file aside, then re-creates it
+            node.binding = None  # what moved is a backup copy now
         self.view.unlink(node, src, old)
         if target is None and dst.kind == "edir" and binds_message(new) and node.binding is None:
             s = self.view.session(dst)
@@ -411,6 +457,7 @@ class Editor:
         binding = self._edit_binding(s, self._message_key(dst, new))
         job = self._job(binding, bytes(node.data), None, dst, new)
         self.view.unlink(node, src, old)  # the temp file is consumed by the save
+        self._drop(node)
         if job is None:
             self.view.whiteout(dst, new, False)
         return job

@@ -14,6 +14,7 @@ import functools
 import itertools
 import logging
 import os
+import stat
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, ParamSpec, TypeVar
 
@@ -82,6 +83,8 @@ def handler(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[An
 
 
 def _errno_of(exc: Exception) -> int:
+    if isinstance(exc, Unreadable) and exc.errno:
+        return exc.errno  # the session file's own answer: EACCES, or ENOENT when it is gone
     for cls in type(exc).__mro__:  # the most specific class in the table wins
         if cls in ERRNO:
             return ERRNO[cls]
@@ -122,8 +125,11 @@ class Operations(pyfuse3.Operations):
         e.st_blksize = 4096
         e.st_blocks = (a.size + 511) // 512
         e.st_atime_ns = e.st_mtime_ns = e.st_ctime_ns = a.mtime_ns
-        timeout = IMMUTABLE_TIMEOUT if a.immutable else MUTABLE_TIMEOUT
-        e.entry_timeout = e.attr_timeout = timeout
+        e.attr_timeout = IMMUTABLE_TIMEOUT if a.immutable else MUTABLE_TIMEOUT
+        # An entry folder never changes, but its name may come to mean a newer version of
+        # the file (a rewrite, a new epoch): names of folders are looked up again sooner.
+        dir_name = a.immutable and stat.S_ISDIR(a.mode)
+        e.entry_timeout = MUTABLE_TIMEOUT if dir_name else e.attr_timeout
         return e
 
     @handler
@@ -362,5 +368,10 @@ class Operations(pyfuse3.Operations):
         return s
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
-        # Inode numbers are kept for the life of the mount (stable keys), nothing to free.
-        return None
+        # Inode numbers of the view are kept for the life of the mount (stable keys); scratch
+        # nodes are freed here, once the kernel holds no name for them. Must not raise.
+        try:
+            for ino, _ in inode_list:
+                self.editor.forget(ino)
+        except Exception:
+            log.exception("forget failed (ignored)")

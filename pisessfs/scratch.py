@@ -29,6 +29,7 @@ class Binding:
     parent_id: str | None
     edit_of: str | None
     baseline: bytes
+    alias: bool = False  # a file name (not a numbered one) that stands for its message
 
 
 @dataclass(eq=False, slots=True)
@@ -43,6 +44,7 @@ class Node:
     mtime_ns: int = field(default_factory=time.time_ns)
     links: set[tuple[Any, str]] = field(default_factory=set)
     snapshot_of: str | None = None  # message name this copy was renamed away from
+    forgotten: bool = False  # the kernel dropped its inode (FUSE forget): free once unlinked
 
     @property
     def is_link(self) -> bool:
@@ -71,6 +73,12 @@ class Overlay:
 
     names: dict[str, Node] = field(default_factory=dict)
     whiteouts: set[str] = field(default_factory=set)
+    # A committed file moved aside (vim's second save): re-creating the name edits that
+    # message again instead of starting a new one.
+    reserved: dict[str, Binding] = field(default_factory=dict)
+
+    def empty(self) -> bool:
+        return not (self.names or self.whiteouts or self.reserved)
 
 
 def binds_message(name: str) -> bool:

@@ -220,14 +220,15 @@ class SessionFile:
             ident = Identity.of(st)
             cur = self.loaded
             if cur is not None and cur.ident == ident:
-                self.store.touch(self)
+                self.store.touch(self, evict=not whole_only)
                 return cur
             if cur is not None and self._grew(cur, ident):
                 if not whole_only:
                     self._append(cur, ident)
             else:
                 cur = self._reload(ident)
-            self.store.touch(self)
+            # A worker thread never evicts: other sessions' states belong to the loop thread.
+            self.store.touch(self, evict=not whole_only)
             return cur
 
     def _grew(self, cur: Loaded, ident: Identity) -> bool:
@@ -410,8 +411,8 @@ class Store:
             sf = self._files[path] = SessionFile(self, path)
         return sf
 
-    def touch(self, sf: SessionFile) -> None:
-        """Mark ``sf`` recently used and evict others past the byte cap."""
+    def touch(self, sf: SessionFile, evict: bool = True) -> None:
+        """Mark ``sf`` recently used and (``evict``) drop others past the byte cap."""
         with self._lru_lock:
             size = sf.loaded.nbytes() if sf.loaded is not None else 0
             old = self._lru.get(sf.path)
@@ -421,7 +422,7 @@ class Store:
                 self._lru[sf.path] = size
                 self._lru.move_to_end(sf.path)  # O(1): this runs on every request
             self._total += size - (old or 0)
-            while self._total > self.cache_bytes and len(self._lru) > 1:
+            while evict and self._total > self.cache_bytes and len(self._lru) > 1:
                 path = next(iter(self._lru))
                 if path == sf.path:
                     break

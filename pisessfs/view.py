@@ -26,7 +26,7 @@ from . import render, summary
 from .jsonl import decode_line
 from .model import Entry
 from .scratch import Node, Overlay
-from .sessions import Loaded, Store, Unreadable
+from .sessions import Loaded, Store
 
 log = logging.getLogger(__name__)
 
@@ -170,10 +170,7 @@ class View:
             s = sf.loaded
             if s is not None and s.epoch == key.epoch:
                 return s
-        try:
-            s = sf.load()
-        except Unreadable as err:
-            raise Denied(str(err)) from None
+        s = sf.load()  # Unreadable carries the file's own errno (EACCES, ENOENT) up
         if key.kind in ("edir", "msg") and key.epoch != s.epoch:
             raise NotFound(f"{key.path}: rewritten since this node was looked up")
         return s
@@ -348,7 +345,7 @@ class View:
         key = self.key(ino)
         kind = key.kind
         if kind == "scratch":
-            node = self.nodes[ino]
+            node = self._node(ino)
             size = len(node.target if node.is_link else node.data)
             return Attr(ino, node.mode, size, node.mtime_ns, 1, False)
         if kind in ("root", "proj", "sess"):
@@ -387,7 +384,7 @@ class View:
         if key.kind in _DIRS:
             raise IsADir(ino)
         if key.kind == "scratch":
-            return bytes(self.nodes[ino].data)
+            return bytes(self._node(ino).data)
         s = self._session(key)
         if key.kind == "jsonl":
             return s.read_all()
@@ -437,7 +434,16 @@ class View:
         s = self._session(key)
         # The parsed file's first bytes, through a descriptor of its own: append-only bytes
         # stay put, and a file replaced or deleted meanwhile is still read as it was (no copy).
-        return FileSnapshot(os.dup(s.fd), s.size)
+        sf = self.store.session(key.path)
+        epoch = s.epoch
+
+        def live() -> int:
+            # Within one epoch the file only grows: a reader (tail -f) may see what was
+            # appended since it opened, never bytes of another version.
+            cur = sf.loaded
+            return cur.size if cur is not None and cur.epoch == epoch else 0
+
+        return FileSnapshot(os.dup(s.fd), s.size, live)
 
     def readlink(self, ino: int) -> bytes:
         key = self.key(ino)
@@ -452,6 +458,12 @@ class View:
         return self.folder_of(s, s.index.resume).encode()
 
     # -- the scratch layer ----------------------------------------------------------------
+
+    def _node(self, ino: int) -> Node:
+        node = self.nodes.get(ino)
+        if node is None:
+            raise NotFound(f"scratch inode {ino} is gone")
+        return node
 
     def new_node(self, mode: int) -> Node:
         self._serial += 1
@@ -473,8 +485,16 @@ class View:
         ov = self.overlays.get(folder)
         if ov is not None and ov.names.get(name) is node:
             del ov.names[name]
+            if ov.empty():
+                del self.overlays[folder]
         node.links.discard((folder, name))
         self._changed_entry(folder, name)
+
+    def drop_if_unused(self, node: Node, open_nodes: set[int]) -> None:
+        """Free a scratch node nobody shows, holds open, or may still name: the kernel can
+        keep a name for it for a moment after a rename over it, until its forget arrives."""
+        if not node.links and node.ino not in open_nodes and node.forgotten:
+            self.nodes.pop(node.ino, None)
 
     def unlink_everywhere(self, node: Node) -> None:
         for folder, name in list(node.links):
@@ -483,6 +503,8 @@ class View:
     def whiteout(self, folder: Key, name: str, on: bool) -> None:
         ov = self.overlays.setdefault(folder, Overlay())
         (ov.whiteouts.add if on else ov.whiteouts.discard)(name)
+        if ov.empty():
+            del self.overlays[folder]
         self._changed_entry(folder, name)
 
     def _changed_entry(self, folder: Key, name: str) -> None:
@@ -545,12 +567,14 @@ class Snapshot:
 class FileSnapshot(Snapshot):
     """The first ``size`` bytes of a file, read through a descriptor opened with the file."""
 
-    def __init__(self, fd: int, size: int) -> None:
+    def __init__(self, fd: int, size: int, live: Callable[[], int]) -> None:
         super().__init__(b"")
         self.fd = fd
         self.size = size
+        self.live = live
 
     def read(self, off: int, size: int) -> bytes:
+        self.size = max(self.size, self.live())
         return os.pread(self.fd, max(0, min(size, self.size - off)), off)
 
     def close(self) -> None:

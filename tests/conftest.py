@@ -192,7 +192,8 @@ def _unmount(m: Mount) -> None:
 
 @pytest.fixture
 def mount(sessions: Path) -> Iterator[Mount]:
-    with mounted(sessions) as m:
+    # PISESSFS_TEST_MOUNT_ARGS=--debug logs every request to the mount's log file
+    with mounted(sessions, *os.environ.get("PISESSFS_TEST_MOUNT_ARGS", "").split()) as m:
         yield m
     assert m.proc.returncode == 0, "mount did not exit cleanly:\n" + m.log_text()
     assert "Traceback" not in m.log_text(), m.log_text()

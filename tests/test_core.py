@@ -13,9 +13,9 @@ import pytest
 
 from pisessfs import render
 from pisessfs.jsonl import Parser
-from pisessfs.sessions import Store
+from pisessfs.sessions import Store, Unreadable
 from pisessfs.tree import Index
-from pisessfs.view import Denied, Key, NotFound, View
+from pisessfs.view import Key, NotFound, View
 from tests import damaged
 from tests.damaged import HEADER, line, user
 
@@ -249,8 +249,9 @@ def test_unreadable_session_is_denied_alone(
     monkeypatch.setattr(os, "open", fake_open)  # root reads any file: chmod cannot do this
     v = View(Store(str(tmp_path)))
     locked = v.lookup(1, "locked").ino
-    with pytest.raises(Denied):
+    with pytest.raises(Unreadable) as exc:
         v.children(locked)
+    assert exc.value.errno == 13
     ok = v.lookup(1, "ok").ino
     assert "leaves" in dict(v.children(ok))
 

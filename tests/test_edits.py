@@ -115,3 +115,59 @@ def test_a_torn_tail_gets_its_newline_before_our_line(tmp_path: Path) -> None:
     lines = f.read_bytes().splitlines()
     assert lines[-2] == b'{"type":"label","id":"half"'
     assert json.loads(lines[-1])["message"]["content"][0]["text"] == "after the tear"
+
+
+def test_vim_second_save_of_a_new_file_forks_it(tmp_path: Path) -> None:
+    ed, f, folder = setup(tmp_path)
+    ed.create(20, folder, "new.md", 0o644)
+    ed.write(20, 0, b"first\n")
+    first = commit(ed, 20)
+    ed.close(20)
+    sess = ed.view.lookup(1, "s").ino
+    new_leaf = ed.view.lookup(ed.view.lookup(sess, "leaves").ino, str(first)).ino
+    ed.rename(new_leaf, "new.md", new_leaf, "new.md~", 0)  # vim's second :w
+    ed.create(21, new_leaf, "new.md", 0o644)
+    ed.write(21, 0, b"second\n")
+    commit(ed, 21)
+    assert last(f)["parentId"] == "00000002"  # a sibling of "first": an edit, not a reply
+
+
+def test_scratch_nodes_are_freed_when_deleted(tmp_path: Path) -> None:
+    ed, _, folder = setup(tmp_path)
+    for i in range(50):
+        ed.create(100 + i, folder, "4913", 0o644)
+        ed.write(100 + i, 0, b"x" * 1000)
+        ino = ed.view.lookup(folder, "4913").ino
+        ed.close(100 + i)
+        ed.unlink(folder, "4913")
+        ed.forget(ino)  # the kernel lets go of the inode
+    assert ed.view.nodes == {}
+    assert ed.view.overlays == {}
+
+
+def test_same_text_without_final_newline_or_with_crlf_appends_nothing(tmp_path: Path) -> None:
+    ed, f, folder = setup(tmp_path)
+    before = f.read_bytes()
+    ino = ed.view.lookup(folder, "0002-user.md").ino
+    for fh, data in ((30, b"message number 1"), (31, b"message number 1\r\n")):
+        assert ed.open(fh, ino, os.O_WRONLY | os.O_TRUNC)
+        ed.write(fh, 0, data)
+        assert commit(ed, fh) is None
+        ed.close(fh)
+    assert f.read_bytes() == before
+
+
+def test_unchanged_vim_save_leaves_the_message_itself(tmp_path: Path) -> None:
+    ed, _, folder = setup(tmp_path)
+    name = "0002-user.md"
+    ino = ed.view.lookup(folder, name).ino
+    ed.rename(folder, name, folder, name + "~", 0)
+    ed.create(40, folder, name, 0o644)
+    ed.write(40, 0, b"message number 1\n")
+    assert commit(ed, 40) is None
+    ed.close(40)
+    ed.unlink(folder, name + "~")
+    assert ed.view.lookup(folder, name).ino == ino  # the message file again, not a stand-in
+    for n in list(ed.view.nodes):
+        ed.forget(n)
+    assert ed.view.nodes == {}

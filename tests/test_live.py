@@ -135,3 +135,14 @@ def test_a_torn_tail_completed_later_shows_its_entry_once(
     ]
     assert len(rows) == 1, rows
     assert "torn-tail" not in (folder / "session.json").read_text()
+
+
+def test_an_open_session_jsonl_grows_like_tail_f(mount: Mount) -> None:
+    folder = mount.path / RECIPE
+    current_id(folder)
+    with open(folder / "session.jsonl", "rb") as f:
+        f.seek(0, os.SEEK_END)
+        (new,) = pi("--append", str(real_of(folder)), PARENT, "seen by tail -f")
+        wait_for(lambda: current_id(folder) == new, 5, "the entry")
+        grown = f.read()
+    assert b"seen by tail -f" in grown and grown.endswith(b"\n")

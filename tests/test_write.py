@@ -262,7 +262,9 @@ def nano_edit(target: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("tool", ["vim", "nano", "sed-i", "cp", "shell-append-nothing"])
+@pytest.mark.parametrize(
+    "tool", ["vim", "nano", "sed-i", "cp", "shell-append-nothing", "printf-no-final-newline"]
+)
 def test_an_unchanged_save_appends_nothing(s: Session, tmp_path: Path, tool: str) -> None:
     before = s.real.read_bytes()
     target = edit_target(s)
@@ -279,9 +281,23 @@ def test_an_unchanged_save_appends_nothing(s: Session, tmp_path: Path, tool: str
         copy = tmp_path / "same.md"
         copy.write_bytes(target.read_bytes())
         subprocess.run(["cp", str(copy), str(target)], check=True)
+    elif tool == "printf-no-final-newline":
+        subprocess.run(
+            ["sh", "-c", f"printf '%s' 'Perfect, commit it please.' > '{target}'"], check=True
+        )
     else:
         subprocess.run(f"printf '' >> '{target}'", shell=True, check=True)
     assert s.real.read_bytes() == before
+    # and the name is the message itself again (no stand-in left by the editor), once the
+    # kernel has dropped the name it moved with the rename (asynchronously, in ms)
+    wait_for(lambda: _id_of(target) == LAST_USER_ID, 5, "the message under its name")
+
+
+def _id_of(path: Path) -> str:
+    try:
+        return os.getxattr(path, "user.pi.id").decode()
+    except OSError:
+        return ""
 
 
 def test_shell_append_forks_with_the_longer_text(s: Session, tmp_path: Path) -> None:
