@@ -421,6 +421,8 @@ class Editor:
             raise Exists(new)
         if isinstance(target, Key) or self._whited_out(dst, new):
             return self._save_over(src, old, dst, new, node)
+        if dst.kind != "edir":
+            raise Denied(f"rename into {dst.kind}")
         if node.binding is not None and node.binding.alias and ov is not None:
             ov.reserved[old] = node.binding  # vim moves a saved file aside, then re-creates it
             node.binding = None  # what moved is a backup copy now
@@ -430,8 +432,6 @@ class Editor:
             node.binding = Binding(s.path, s.epoch, dst.eid, None, b"")
             self.view.link(node, dst, new)
             return self._job(node.binding, bytes(node.data), node, dst, None)
-        if dst.kind != "edir":
-            raise Denied(f"rename into {dst.kind}")
         self.view.link(node, dst, new)
         return None
 
