@@ -130,6 +130,12 @@ class Operations(pyfuse3.Operations):
         # the file (a rewrite, a new epoch): names of folders are looked up again sooner.
         dir_name = a.immutable and stat.S_ISDIR(a.mode)
         e.entry_timeout = MUTABLE_TIMEOUT if dir_name else e.attr_timeout
+        if a.scratch:
+            # Scratch names change under the kernel (a save lifts a whiteout, a rename over a
+            # message consumes a temp file): rather than invalidate names in folders where
+            # editors hold the lock (a daemon killed then leaves an unkillable thread and a
+            # dead mount), the kernel asks again at every use. They are few and short-lived.
+            e.entry_timeout = e.attr_timeout = 0
         return e
 
     @handler
@@ -178,9 +184,11 @@ class Operations(pyfuse3.Operations):
             # Written files bypass the page cache: what a reader sees is always our bytes.
             return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
         # Every open file reads a snapshot taken here, so a reader holding it open sees one
-        # consistent version while its session grows, is rewritten or disappears.
+        # consistent version while its session grows, is rewritten or disappears. What can
+        # change bypasses the page cache, so invalidating it never waits on page locks.
         self._files[fh] = self.view.snapshot(inode)
-        return pyfuse3.FileInfo(fh=fh, keep_cache=self.view.immutable(inode))
+        immutable = self.view.immutable(inode)
+        return pyfuse3.FileInfo(fh=fh, keep_cache=immutable, direct_io=not immutable)
 
     @handler
     async def read(self, fh: int, off: int, size: int) -> bytes:
@@ -322,12 +330,14 @@ class Operations(pyfuse3.Operations):
 
         Each call runs in a worker thread: the kernel may wait for requests in flight on the
         same node before it answers, and those need the event loop to be free (calling it
-        from a handler deadlocks the mount, fuse-notes.md §1.9).
+        from a handler deadlocks the mount, fuse-notes.md §1.9). Only attributes are dropped:
+        files whose bytes change are never in the page cache (direct_io), so no page lock is
+        ever waited for.
         """
         async for ino, name in self._recv:
             try:
                 if name is None:
-                    await trio.to_thread.run_sync(pyfuse3.invalidate_inode, ino, False)
+                    await trio.to_thread.run_sync(pyfuse3.invalidate_inode, ino, True)
                 else:
                     await trio.to_thread.run_sync(pyfuse3.invalidate_entry, ino, os.fsencode(name))
             except OSError as err:  # the kernel had forgotten it, or the mount is going

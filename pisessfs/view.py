@@ -93,6 +93,7 @@ class Attr:
     mtime_ns: int
     nlink: int
     immutable: bool
+    scratch: bool = False  # a scratch name: the kernel asks again at every use
 
 
 _DIRS = frozenset({"root", "proj", "sess", "leaves", "nodes", "edir"})
@@ -347,7 +348,7 @@ class View:
         if kind == "scratch":
             node = self._node(ino)
             size = len(node.target if node.is_link else node.data)
-            return Attr(ino, node.mode, size, node.mtime_ns, 1, False)
+            return Attr(ino, node.mode, size, node.mtime_ns, 1, False, scratch=True)
         if kind in ("root", "proj", "sess"):
             # From stat alone: listing a project parses nothing, and one unreadable session
             # fails only when it is entered.
@@ -479,7 +480,6 @@ class View:
             self.unlink(old, folder, name)
         ov.names[name] = node
         node.links.add((folder, name))
-        self._changed_entry(folder, name)
 
     def unlink(self, node: Node, folder: Key, name: str) -> None:
         ov = self.overlays.get(folder)
@@ -488,7 +488,6 @@ class View:
             if ov.empty():
                 del self.overlays[folder]
         node.links.discard((folder, name))
-        self._changed_entry(folder, name)
 
     def drop_if_unused(self, node: Node, open_nodes: set[int]) -> None:
         """Free a scratch node nobody shows, holds open, or may still name: the kernel can
@@ -505,12 +504,6 @@ class View:
         (ov.whiteouts.add if on else ov.whiteouts.discard)(name)
         if ov.empty():
             del self.overlays[folder]
-        self._changed_entry(folder, name)
-
-    def _changed_entry(self, folder: Key, name: str) -> None:
-        n = self._ino.get(folder)
-        if n is not None:
-            self.invalidations.append((n, name))
 
     def known(self, key: Key) -> int | None:
         """The inode of ``key`` if the kernel may have seen it (None: nothing to invalidate)."""
@@ -525,9 +518,6 @@ class View:
             n = self._ino.get(Key(kind, path))
             if n is not None:
                 self.invalidations.append((n, None))
-        sess = self._ino.get(Key("sess", path))
-        if sess is not None:
-            self.invalidations.append((sess, "current"))
 
     def changed_inode(self, ino: int) -> None:
         self.invalidations.append((ino, None))

@@ -133,6 +133,14 @@ class Mount:
         return self.log.read_text(errors="replace")
 
 
+def is_mounted(path: Path) -> bool:
+    """Whether ``path`` is a mount point in /proc/self/mounts: unlike ``os.path.ismount``,
+    true for a dead FUSE mount ("Transport endpoint is not connected") too."""
+    want = str(path).replace(" ", "\\040")
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1] == want for line in f)
+
+
 def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
     """Poll ``cond`` until true; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -177,14 +185,14 @@ def mounted(sessions: Path, *extra: str) -> Iterator[Mount]:
 
 
 def _unmount(m: Mount) -> None:
-    if os.path.ismount(m.path):
+    if is_mounted(m.path):
         subprocess.run(["fusermount3", "-u", str(m.path)], capture_output=True)
     try:
         m.proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         m.proc.kill()
         m.proc.wait()
-    if os.path.ismount(m.path):
+    if is_mounted(m.path):
         subprocess.run(["fusermount3", "-u", "-z", str(m.path)], capture_output=True)
     with contextlib.suppress(OSError):
         m.path.rmdir()

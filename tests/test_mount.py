@@ -16,7 +16,17 @@ from pathlib import Path
 import pytest
 
 from tests import damaged
-from tests.conftest import KANBAN, RECIPE, RECIPE_FIRST, RECIPE_ID, Mount, mounted, need, wait_for
+from tests.conftest import (
+    KANBAN,
+    RECIPE,
+    RECIPE_FIRST,
+    RECIPE_ID,
+    Mount,
+    is_mounted,
+    mounted,
+    need,
+    wait_for,
+)
 
 
 def run(*cmd: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -141,7 +151,7 @@ def test_sigterm_unmounts_cleanly(sessions: Path) -> None:
     with mounted(sessions) as m:
         m.proc.send_signal(signal.SIGTERM)
         assert m.proc.wait(timeout=20) == 0
-        assert not os.path.ismount(m.path)
+        assert not is_mounted(m.path)
 
 
 def test_kill_9_leaves_no_dead_mount(sessions: Path) -> None:
@@ -149,7 +159,7 @@ def test_kill_9_leaves_no_dead_mount(sessions: Path) -> None:
         os.listdir(m.path)
         m.proc.kill()
         m.proc.wait()
-        wait_for(lambda: not os.path.ismount(m.path), 10, "auto_unmount after kill -9")
+        wait_for(lambda: not is_mounted(m.path), 10, "auto_unmount after kill -9")
 
 
 def test_umount_command_unmounts(sessions: Path) -> None:

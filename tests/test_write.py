@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests import damaged
-from tests.conftest import RECIPE, Mount, mounted, need, pi, wait_for
+from tests.conftest import RECIPE, Mount, is_mounted, mounted, need, pi, wait_for
 
 PARENT = "74cc97d5"  # the resume leaf of the recipe session (its last line)
 LAST_USER = "0020-user.md"  # "Perfect, commit it please." (parent 7d83cfa9, a session_info)
@@ -440,7 +440,7 @@ def test_kill_9_during_commits_leaves_whole_lines_and_no_dead_mount(sessions: Pa
         wait_for(lambda: len(real.read_bytes().splitlines()) > 36, 20, "some commits")
         m.proc.send_signal(signal.SIGKILL)
         writer.wait(timeout=20)
-        wait_for(lambda: not os.path.ismount(m.path), 10, "auto_unmount")
+        wait_for(lambda: not is_mounted(m.path), 10, "auto_unmount")
     data = real.read_bytes()
     assert data.endswith(b"\n")
     for raw in data.splitlines():
