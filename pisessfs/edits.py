@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import render, writer
-from .jsonl import decode_line
 from .scratch import Binding, Node, binds_message
 from .sessions import Loaded
 from .view import Attr, CrossFolder, Denied, Exists, Invalid, Key, NotFound, NotPermitted, View
@@ -280,8 +279,7 @@ class Editor:
     def _images(self, s: Loaded, eid: str | None) -> tuple[dict[str, Any], ...]:
         if eid is None or eid not in s.index.by_id:
             return ()
-        d, _ = decode_line(s.raw(s.index.by_id[eid]))
-        content = render.message_of(d).get("content") if isinstance(d, dict) else None
+        content = render.message_of(s.parsed(s.index.by_id[eid])).get("content")
         if not isinstance(content, list):
             return ()
         return tuple(b for b in content if isinstance(b, dict) and b.get("type") == "image")

@@ -8,7 +8,7 @@ computed once and cached forever.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 #: Entry types that take a number (a file) in a leaf or node folder. Everything else shows
@@ -92,6 +92,12 @@ class Entry:
 
     def __repr__(self) -> str:
         return f"Entry({self.id!r}, parent={self.parent_id!r}, {self.type}, line {self.line})"
+
+
+def iso_ms(ms: int) -> str:
+    """Unix ms as the ISO string Pi writes (``2026-11-29T10:00:00.000Z``)."""
+    stamp = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")
 
 
 def parse_ts_ms(value: object) -> int | None:

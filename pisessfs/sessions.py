@@ -108,14 +108,17 @@ class Loaded:
         indexing, and only over the entries not counted yet."""
         entries = self.parser.entries
         for e in entries[self._counted :]:
-            d, _ = decode_line(self.raw(e))
-            if isinstance(d, dict):
-                self._stats.add(e.type, d)
+            self._stats.add(e.type, self.parsed(e))
         self._counted = len(entries)
         return self._stats
 
     def raw(self, e: Entry) -> bytes:
         return os.pread(self.fd, e.end - e.start, e.start)
+
+    def parsed(self, e: Entry) -> dict[str, Any]:
+        """The entry's line parsed again in full (empty if it no longer parses)."""
+        d, _ = decode_line(self.raw(e))
+        return d if isinstance(d, dict) else {}
 
     def read_all(self) -> bytes:
         return os.pread(self.fd, self.size, 0)
@@ -202,11 +205,11 @@ class SessionFile:
             return False
         if cur is None or cur.ident is None:
             return True
+        ident = Identity.of(st)
         try:
-            ident = Identity.of(st)
             return ident != cur.ident and not self._grew(cur, ident)
-        except (OSError, Unreadable):
-            return False
+        except OSError:
+            return False  # load() reports it
 
     def load(self, whole_only: bool = False) -> Loaded:
         """The session brought up to date with the file; parses only what is new.
@@ -361,8 +364,11 @@ class Store:
 
     def find(self, folder: str, name: str) -> Listing | None:
         """The item shown as ``name`` in ``folder`` (the root or a project)."""
-        (self.top if folder == self.root else lambda: self.sessions_in(folder))()
-        hit = self._listings.get(folder)
+        if folder == self.root:
+            self.top()
+        else:
+            self.sessions_in(folder)
+        hit = self._listings.get(folder)  # filled (or confirmed fresh) just now
         return hit[2].get(name) if hit is not None else None
 
     def top(self) -> list[Listing]:
@@ -415,13 +421,10 @@ class Store:
         """Mark ``sf`` recently used and (``evict``) drop others past the byte cap."""
         with self._lru_lock:
             size = sf.loaded.nbytes() if sf.loaded is not None else 0
-            old = self._lru.get(sf.path)
-            if old is None:
-                self._lru[sf.path] = size
-            else:
-                self._lru[sf.path] = size
-                self._lru.move_to_end(sf.path)  # O(1): this runs on every request
-            self._total += size - (old or 0)
+            old = self._lru.get(sf.path, 0)
+            self._lru[sf.path] = size
+            self._lru.move_to_end(sf.path)  # O(1): this runs on every request
+            self._total += size - old
             while evict and self._total > self.cache_bytes and len(self._lru) > 1:
                 path = next(iter(self._lru))
                 if path == sf.path:

@@ -7,26 +7,15 @@ leaf folder names the view gives it; it does not decide the layout or touch the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
 from . import render
-from .jsonl import decode_line
+from .model import iso_ms
 from .sessions import Loaded
 
 FolderOf = Callable[[str], str]  # entry id -> "leaves/<name>" or "nodes/<id>"
-
-
-def iso(ms: int | None) -> str | None:
-    if ms is None:
-        return None
-    return (
-        datetime.fromtimestamp(ms / 1000, UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
 
 
 def previews(s: Loaded) -> dict[str, str]:
@@ -35,8 +24,8 @@ def previews(s: Loaded) -> dict[str, str]:
     out: dict[str, str] = {}
     winners = s.index.by_id
     for e in s.entries:
-        d, _ = decode_line(s.raw(e))
-        if not isinstance(d, dict):
+        d = s.parsed(e)
+        if not d:
             continue
         msg = render.message_of(d)
         for b in msg.get("content") or [] if msg.get("role") == "assistant" else []:
@@ -103,7 +92,8 @@ def session_json(s: Loaded, folder_of: FolderOf, listed: set[str]) -> bytes:
     header = p.header.fields if p.header else None
     stats = s.stats()
     created = header.get("timestamp") if header else None
-    modified = iso(stats.last_activity_ms) or created
+    last = stats.last_activity_ms
+    modified = iso_ms(last) if last is not None else created
     doc: dict[str, Any] = {
         "file": s.path,
         "id": header.get("id") if header else None,

@@ -20,10 +20,9 @@ import stat
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from . import render, summary
-from .jsonl import decode_line
 from .model import Entry
 from .scratch import Node, Overlay
 from .sessions import Loaded, Store
@@ -182,10 +181,6 @@ class View:
             raise NotFound(eid)
         return e
 
-    def _parsed(self, s: Loaded, e: Entry) -> dict[str, Any]:
-        d, _ = decode_line(s.raw(e))
-        return d if isinstance(d, dict) else {}
-
     # -- names ------------------------------------------------------------------------------
 
     def folder_name(self, s: Loaded, leaf: str) -> str:
@@ -196,7 +191,7 @@ class View:
             text = ""
             e = s.index.last_of_kind(leaf, "user")
             if e is not None:
-                text = render.content_text(render.message_of(self._parsed(s, e)).get("content"))
+                text = render.content_text(render.message_of(s.parsed(e)).get("content"))
             slug = render.slug(text)
             name = memo[leaf] = render.sanitize(f"{leaf}-{slug}" if slug else leaf)
         return name
@@ -404,7 +399,7 @@ class View:
         if hit is not None:
             self._cache.move_to_end(key)
             return hit
-        d = self._parsed(s, self._entry(s, key.eid))
+        d = s.parsed(self._entry(s, key.eid))
         done = (render.render(d), render.images(d))
         self._cache[key] = done
         self._cache_bytes += _weight(done)

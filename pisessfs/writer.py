@@ -18,11 +18,11 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
+from .model import iso_ms
 from .sessions import Identity, Loaded
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ def lock_holder(path: str) -> int | None:
     return pid
 
 
-def new_id(taken: set[str] | dict[str, Any]) -> str:
+def new_id(taken: set[str]) -> str:
     """8 lowercase hex chars that no entry of the file has (Pi's shape)."""
     while True:
         candidate = secrets.token_hex(4)
@@ -129,14 +129,14 @@ def new_id(taken: set[str] | dict[str, Any]) -> str:
 
 def build_line(entry_id: str, msg: NewMessage, now: float) -> bytes:
     """The JSON line of a user message, as Pi writes one (compact, one line, ``\\n``)."""
-    stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")
+    ms = int(now * 1000)
     content: list[dict[str, Any]] = [{"type": "text", "text": msg.text}, *msg.images]
     entry = {
         "type": "message",
         "id": entry_id,
         "parentId": msg.parent_id,
-        "timestamp": stamp.replace("+00:00", "Z"),
-        "message": {"role": "user", "content": content, "timestamp": int(now * 1000)},
+        "timestamp": iso_ms(ms),
+        "message": {"role": "user", "content": content, "timestamp": ms},
     }
     return orjson.dumps(entry) + b"\n"
 
