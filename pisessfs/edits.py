@@ -80,22 +80,33 @@ class Editor:
 
     # -- creating and opening ---------------------------------------------------------------
 
-    def create(self, fh: int, parent: int, name: str, mode: int) -> Attr:
-        """A new file in an entry folder: a scratch file, or one bound to a new message."""
+    def create(  # noqa: PLR0917
+        self, fh: int, parent: int, name: str, mode: int, uid: int = -1, gid: int = -1
+    ) -> Attr:
+        """A new file in an entry folder: a scratch file, or one bound to a new message.
+        ``uid``/``gid``: its creator, shown as its owner (-1: the daemon's)."""
         folder = self._entry_folder(parent, f"create {name}")
         binding = self._binding_for_new(folder, name)
-        node = self.view.new_node(stat.S_IFREG | (mode & 0o7777))
+        node = self._new_node(stat.S_IFREG | (mode & 0o7777), uid, gid)
         node.binding = binding
         self.view.link(node, folder, name)
         self.handles[fh] = Handle(node.ino, node, None, binding, False, folder)
         return self.view.getattr(node.ino)
 
-    def symlink(self, parent: int, name: str, target: bytes) -> Attr:
+    def symlink(self, parent: int, name: str, target: bytes, uid: int = -1, gid: int = -1) -> Attr:
         folder = self._entry_folder(parent, f"symlink {name}")
-        node = self.view.new_node(stat.S_IFLNK | 0o777)
+        node = self._new_node(stat.S_IFLNK | 0o777, uid, gid)
         node.target = target
         self.view.link(node, folder, name)
         return self.view.getattr(node.ino)
+
+    def _new_node(self, mode: int, uid: int, gid: int) -> Node:
+        node = self.view.new_node(mode)
+        if uid >= 0:
+            node.uid = uid
+        if gid >= 0:
+            node.gid = gid
+        return node
 
     def _entry_folder(self, parent: int, what: str) -> Key:
         folder = self.view.key(parent)
@@ -132,8 +143,10 @@ class Editor:
         return Binding(s.path, s.epoch, s.index.parent[key.eid], key.eid, baseline)
 
     def _check(self, s: Loaded) -> None:
+        """Refuse at create/open what can be known then: shells ignore close() errors."""
         try:
             writer.check_writable(s)
+            writer.check_unlocked(s)
         except writer.Refused as err:
             log.warning("write refused (%s): %s", err.kind, err)
             raise
@@ -186,12 +199,10 @@ class Editor:
         h.dirty = True
         return len(buf)
 
-    def size_of_open(self, ino: int) -> int | None:
-        """The size a written-to message shows while a handle holds its new bytes."""
-        for h in self.handles.values():
-            if h.ino == ino and h.buf is not None:
-                return len(h.buf)
-        return None
+    def writing(self, ino: int) -> bool:
+        """Whether a handle is writing new bytes of message ``ino`` (readers then bypass the
+        kernel's page cache and size, which the writer's writes move)."""
+        return any(h.ino == ino and h.buf is not None for h in self.handles.values())
 
     def setattr(
         self, ino: int, fh: int | None, size: int | None, mode: int | None, mtime_ns: int | None
@@ -224,23 +235,46 @@ class Editor:
         h.dirty = True
 
     def attr(self, ino: int) -> Attr:
-        a = self.view.getattr(ino)
-        size = self.size_of_open(ino)
-        if size is None:
-            return a
-        return Attr(a.ino, a.mode, size, a.mtime_ns, a.nlink, False)
+        """What ``stat`` shows: the committed file, never a writer's unsaved bytes (a reader
+        sees one version with its exact size)."""
+        return self.view.getattr(ino)
 
     # -- committing -------------------------------------------------------------------------
 
+    def session_of(self, fh: int) -> str | None:
+        """The session file a flush of ``fh`` may append to (the adapter serializes those)."""
+        h = self.handles.get(fh)
+        return h.binding.path if h is not None and h.binding is not None else None
+
     def prepare(self, fh: int) -> Job | None:
-        """The commit a flush or fsync of ``fh`` makes, or None when nothing changed."""
+        """The commit a flush or fsync of ``fh`` makes, or None when nothing changed.
+
+        The adapter calls it, writes and finishes under one lock per session file, so the
+        bytes of a handle are claimed by one commit however many flushes race (a dup'd
+        descriptor, two threads): the next one sees them saved.
+        """
         h = self.handles.get(fh)
         if h is None or not h.dirty or h.binding is None or h.refused:
             return None
-        job = self._job(h.binding, bytes(h.data), h.node, h.folder, None)
+        try:
+            job = self._job(h.binding, bytes(h.data), h.node, h.folder, None)
+        except writer.Refused:
+            self._refused(h)
+            raise
         if job is None:
             h.dirty = False
         return job
+
+    def _refused(self, h: Handle) -> None:
+        """A refused new file is not left listed as if it were a message (shells ignore the
+        error of close()): its name goes; a refused re-created message shows the original."""
+        h.refused = True
+        node = h.node
+        if node is None or node.binding is None:
+            return
+        for folder, name in list(node.links):
+            self.view.unlink(node, folder, name)
+            self.view.whiteout(folder, name, False)
 
     def _job(
         self, binding: Binding, data: bytes, node: Node | None, folder: Key | None, name: str | None
@@ -248,14 +282,18 @@ class Editor:
         if data == binding.baseline:
             log.debug("%s: unchanged save, nothing appended", binding.path)
             return None
-        text = _text_of(writer.decode_text(binding.path, data, self.cap))
+        try:
+            text = _text_of(writer.decode_text(binding.path, data, self.cap))
+        except writer.Refused as err:
+            log.warning("save refused (%s): %s", err.kind, err)
+            raise
         if binding.baseline and text == _text_of(binding.baseline.decode("utf-8", "replace")):
             log.debug("%s: same text (line ends aside), nothing appended", binding.path)
             return None
         if not text.strip():
             log.info("%s: empty message not appended", binding.path)
             return None
-        s = self.view.store.session(binding.path).load()
+        s = self.view.state(binding.path)
         if s.epoch != binding.epoch:
             log.warning("save refused (ESTALE): %s was rewritten since it was read", s.path)
             raise writer.Stale(s.path, "the file was replaced or rewritten since it was read")
@@ -269,7 +307,7 @@ class Editor:
 
     def again(self, job: Job) -> Job:
         """The same commit prepared against the file as it is now (another writer appended)."""
-        s = self.view.store.session(job.binding.path).load()
+        s = self.view.state(job.binding.path)
         msg = writer.NewMessage(
             job.binding.parent_id, job.text, self._images(s, job.binding.edit_of)
         )
@@ -293,14 +331,14 @@ class Editor:
 
     def finish(self, job: Job) -> None:
         """After the line is in the file: re-read it, move names, queue invalidations."""
-        s = self.view.store.session(job.binding.path).load()
+        s = self.view.state(job.binding.path)
         new = job.pending.entry_id
         new_folder = Key("edir", s.path, s.epoch, new, "leaves")
         binding = job.binding
         log.info("%s: appended user message %s under %s", s.path, new, binding.parent_id)
         for h in self.handles.values():
-            if h.binding is binding:
-                h.dirty = False
+            if h.binding is binding and h.data == job.data:
+                h.dirty = False  # bytes written meanwhile are still to be saved
         links = list(job.node.links) if job.node is not None else []
         if job.node is not None:
             self.view.unlink_everywhere(job.node)

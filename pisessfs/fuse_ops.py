@@ -24,7 +24,7 @@ import trio
 from . import view as v
 from . import writer
 from .edits import Editor, Job
-from .sessions import Unreadable
+from .sessions import YIELD, Unreadable
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,9 @@ ERRNO: dict[type[Exception], int] = {
 #: looked at again after 10 s in any case (a folder inotify could not watch).
 IMMUTABLE_TIMEOUT = 3600.0
 MUTABLE_TIMEOUT = 10.0
+#: How many times a request lets blocking work run (or other requests pass) before it is
+#: answered EAGAIN: a session that never stops changing does not hold a request forever.
+MAX_STEPS = 100_000
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -99,20 +102,32 @@ class Operations(pyfuse3.Operations):
     ) -> None:
         super().__init__()
         self.view = view
+        view.defer = True  # blocking work comes back as Busy, run off the event loop here
         self.editor = Editor(view, cap)
         self.read_only = read_only
         self._locks: dict[str, trio.Lock] = {}
         self._send, self._recv = trio.open_memory_channel[tuple[int, str | None]](10_000)
-        self.uid = os.getuid()
-        self.gid = os.getgid()
         self._fh = itertools.count(1)
         self._dirs: dict[int, list[tuple[str, v.Attr]]] = {}
         self._files: dict[int, v.Snapshot] = {}  # read handles: what each one reads
 
     async def _ready(self, ino: int, attr_only: bool = False) -> None:
-        load = self.view.loader(ino, attr_only)
-        if load is not None:
-            await trio.to_thread.run_sync(load)
+        """Bring what ``ino`` shows up to date without holding up other requests."""
+        await self._core(self.view.ready, ino, attr_only)
+
+    async def _core(self, fn: Callable[..., R], *args: Any) -> R:
+        """Call the core; when it is busy, run its blocking work off the loop (or let other
+        requests pass) and call it again."""
+        for _ in range(MAX_STEPS):
+            try:
+                return fn(*args)
+            except v.Busy as busy:
+                if busy.work is YIELD:
+                    await trio.sleep(0)
+                else:
+                    await trio.to_thread.run_sync(busy.work)
+        log.warning("%s%r: the session kept changing; answered EAGAIN", fn.__name__, args)
+        raise pyfuse3.FUSEError(errno.EAGAIN)
 
     def _entry(self, a: v.Attr) -> pyfuse3.EntryAttributes:
         e = pyfuse3.EntryAttributes()
@@ -120,8 +135,8 @@ class Operations(pyfuse3.Operations):
         e.st_mode = a.mode
         e.st_size = a.size
         e.st_nlink = a.nlink
-        e.st_uid = self.uid
-        e.st_gid = self.gid
+        e.st_uid = a.uid
+        e.st_gid = a.gid
         e.st_blksize = 4096
         e.st_blocks = (a.size + 511) // 512
         e.st_atime_ns = e.st_mtime_ns = e.st_ctime_ns = a.mtime_ns
@@ -187,7 +202,9 @@ class Operations(pyfuse3.Operations):
         # consistent version while its session grows, is rewritten or disappears. What can
         # change bypasses the page cache, so invalidating it never waits on page locks.
         self._files[fh] = self.view.snapshot(inode)
-        immutable = self.view.immutable(inode)
+        # A message being written: the kernel's size for it follows the writer's bytes, so
+        # this reader reads ours (the saved version) past the kernel's size and page cache.
+        immutable = self.view.immutable(inode) and not self.editor.writing(inode)
         return pyfuse3.FileInfo(fh=fh, keep_cache=immutable, direct_io=not immutable)
 
     @handler
@@ -206,7 +223,7 @@ class Operations(pyfuse3.Operations):
     ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         await self._ready(parent_inode)
         fh = next(self._fh)
-        attr = self.editor.create(fh, parent_inode, os.fsdecode(name), mode)
+        attr = self.editor.create(fh, parent_inode, os.fsdecode(name), mode, ctx.uid, ctx.gid)
         self.drain()
         return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False), self._entry(attr)
 
@@ -215,7 +232,7 @@ class Operations(pyfuse3.Operations):
         self, parent_inode: int, name: bytes, target: bytes, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.EntryAttributes:
         await self._ready(parent_inode)
-        attr = self.editor.symlink(parent_inode, os.fsdecode(name), target)
+        attr = self.editor.symlink(parent_inode, os.fsdecode(name), target, ctx.uid, ctx.gid)
         self.drain()
         return self._entry(attr)
 
@@ -249,10 +266,16 @@ class Operations(pyfuse3.Operations):
     ) -> None:
         await self._ready(parent_inode_old)
         await self._ready(parent_inode_new)
-        job = self.editor.rename(
-            parent_inode_old, os.fsdecode(name_old), parent_inode_new, os.fsdecode(name_new), flags
-        )
-        await self._run(job)
+        path = self.view.session_path(parent_inode_new)
+        if path is not None:
+            await self._core(self.view.up_to_date, path)  # a rename over a message saves
+        args = (parent_inode_old, os.fsdecode(name_old), parent_inode_new, os.fsdecode(name_new))
+        job = self.editor.rename(*args, flags)
+        if job is None:
+            self.drain()  # a rename without a commit still changed names
+            return
+        async with self._lock(job.binding.path):
+            await self._write(job)
 
     @handler
     async def setattr(
@@ -275,12 +298,12 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def fsync(self, fh: int, datasync: bool) -> None:
-        await self._run(self.editor.prepare(fh))
+        await self._commit(fh)
 
     @handler
     async def flush(self, fh: int) -> None:
         # The commit point: errors here reach the program's close() (release's are lost).
-        await self._run(self.editor.prepare(fh))
+        await self._commit(fh)
 
     @handler
     async def release(self, fh: int) -> None:
@@ -290,29 +313,42 @@ class Operations(pyfuse3.Operations):
         if not self.editor.owns(fh):
             return
         try:
-            await self._run(self.editor.release(fh))
+            await self._commit(fh, last=True)
         except Exception:
             log.exception("release: the last commit failed")
         finally:
             self.editor.close(fh)
             self.drain()
 
-    async def _run(self, job: Job | None) -> None:
-        """Write a prepared commit off the event loop, retrying when another writer raced."""
-        if job is None:
-            self.drain()  # a rename without a commit still changed names
+    def _lock(self, path: str) -> trio.Lock:
+        return self._locks.setdefault(path, trio.Lock())
+
+    async def _commit(self, fh: int, last: bool = False) -> None:
+        """Claim, write and finish the save of ``fh``: one at a time per session file, so two
+        flushes of one save (a dup'd descriptor) append one line, not two."""
+        path = self.editor.session_of(fh)
+        if path is None:
             return
-        lock = self._locks.setdefault(job.binding.path, trio.Lock())
-        async with lock:
-            for _ in range(5):
-                try:
-                    await trio.to_thread.run_sync(writer.write, job.pending)
-                    break
-                except writer.Grew:
-                    job = self.editor.again(job)
-            else:
-                raise writer.Stale(job.binding.path, "the file kept growing")
-            self.editor.finish(job)
+        async with self._lock(path):
+            await self._core(self.view.up_to_date, path)
+            job = (self.editor.release if last else self.editor.prepare)(fh)
+            if job is not None:
+                await self._write(job)
+
+    async def _write(self, job: Job) -> None:
+        """Write a prepared commit off the event loop, retrying when another writer raced;
+        then bring the session up to date and finish (under the caller's lock)."""
+        for _ in range(5):
+            try:
+                await trio.to_thread.run_sync(writer.write, job.pending)
+                break
+            except writer.Grew:
+                await self._core(self.view.up_to_date, job.binding.path)
+                job = self.editor.again(job)
+        else:
+            raise writer.Stale(job.binding.path, "the file kept growing")
+        await self._core(self.view.up_to_date, job.binding.path)
+        self.editor.finish(job)
         self.drain()
 
     def drain(self) -> None:

@@ -10,6 +10,7 @@ where nodes go after a commit is decided in ``edits``; how overlays show in list
 
 from __future__ import annotations
 
+import os
 import stat
 import time
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ class Node:
     target: bytes = b""
     binding: Binding | None = None
     mtime_ns: int = field(default_factory=time.time_ns)
+    uid: int = field(default_factory=os.getuid)  # who created it (shown as its owner)
+    gid: int = field(default_factory=os.getgid)
     links: set[tuple[Any, str]] = field(default_factory=set)
     snapshot_of: str | None = None  # message name this copy was renamed away from
     forgotten: bool = False  # the kernel dropped its inode (FUSE forget): free once unlinked

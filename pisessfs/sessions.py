@@ -1,92 +1,110 @@
 """Finding session files and keeping them parsed: the only module that reads the sessions.
 
-This module owns the sessions root on disk: which project folders and ``*.jsonl`` files it
-holds (never following a symlink out of it), and for each file a :class:`Loaded` state (its
-bytes, the parser, the tree index) that is brought up to date by reading only appended
-bytes when the file grew, and rebuilt whole (a new *epoch*) when it shrank, was replaced or
-had its prefix rewritten. Parsed states are evicted least-recently-used past a byte cap.
+This module owns the sessions root as sessions: which project folders and ``*.jsonl`` files it
+holds (a link is never followed, see ``files``), and for each file a :class:`Loaded` state
+(parser and tree index) brought up to date by reading only appended bytes when the file grew,
+and rebuilt whole (a new *epoch*) when it shrank, was replaced or had its prefix rewritten.
+Parsed states are evicted least-recently-used past a byte cap.
 
-It knows nothing of inodes or FUSE. Loading a large file blocks: callers decide which thread
-runs :meth:`SessionFile.load` (``needs_load`` says whether it would).
+Bringing a state up to date is done in *steps* (:meth:`SessionFile.step`) so that the event
+loop never waits long: a step reads a bounded slice of appended bytes on the calling thread,
+or hands back blocking work (a whole parse, an index rebuild, waiting for a thread that holds
+the session) for the caller to run off the loop. Whatever changes a state, or reads all of it
+at once, holds the session's lock; appends are only ever applied by the loop's thread, so
+readers there see a state that does not change under them.
+
+It knows nothing of inodes or FUSE.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import gc
 import logging
 import os
 import stat
 import threading
 import time
-import weakref
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .files import Files, Unreadable
 from .jsonl import Parser, Stats, decode_line
 from .model import Entry, Problem
 from .tree import Index, NeedsRebuild
 
 log = logging.getLogger(__name__)
 
-VOLATILE = ("listed", "tree", "json")
+__all__ = ["YIELD", "Identity", "Loaded", "SessionFile", "Store", "Unreadable", "Work"]
+
+VOLATILE = ("listed",)  # whole-session memos dropped on every change (renders carry versions)
 _RACY_NS = 100_000_000
 _WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
-# Bytes read and parsed at a time: above glibc's largest mmap threshold (32 MiB), so each
-# chunk is its own mapping, given back to the system when parsed (no heap left behind).
+# Bytes read and parsed at a time by a whole read: above glibc's largest mmap threshold
+# (32 MiB), so each chunk is its own mapping, given back to the system when parsed.
 _CHUNK = 40 << 20
-INLINE_BYTES = 512 << 10  # files below this are parsed on the event loop (a few ms at most)
+INLINE_BYTES = 512 << 10  # parsed on the event loop at a time (a few ms at most)
+
+Work = Callable[[], object]  # blocking work a step hands back, to run off the loop
 
 
-class Unreadable(Exception):
-    """The session file cannot be read (permissions, vanished)."""
+def _yield_marker() -> None:
+    return None
 
-    def __init__(self, path: str, err: OSError) -> None:
-        super().__init__(f"{path}: {err.strerror}")
-        self.path = path
-        self.errno = err.errno
+
+#: A step that did a slice of work and wants to be called again after other requests ran.
+YIELD: Work = _yield_marker
 
 
 @dataclass(frozen=True, slots=True)
 class Identity:
+    """What a state was read from: the file (device, inode), how much of it, and its owner
+    and permission bits (which bound what the mount shows of it)."""
+
     dev: int
     ino: int
     size: int
     mtime_ns: int
+    mode: int = 0
+    uid: int = 0
+    gid: int = 0
 
     @classmethod
     def of(cls, st: os.stat_result) -> Identity:
-        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        return cls(
+            st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode, st.st_uid, st.st_gid
+        )
 
 
 class Loaded:
-    """A parsed session: parser and index, valid for one epoch, and a descriptor of the file.
+    """A parsed session: parser and index, valid for one epoch.
 
     The file's bytes are not kept: an entry's line is read again (``pread``) when it is
-    rendered, through a descriptor opened with this state, so it reads the very file (inode)
-    that was parsed even if the path is replaced meanwhile. A parsed 100 MB session costs
-    its index only, about half the file's size.
+    rendered, through a pooled descriptor of the very file (inode) that was parsed. A parsed
+    100 MB session costs its index only, about half the file's size.
     """
 
-    def __init__(self, path: str, epoch: int, fd: int) -> None:
+    def __init__(self, files: Files, path: str, epoch: int) -> None:
+        self.files = files
         self.path = path
         self.epoch = epoch
-        self.fd = fd
-        weakref.finalize(self, os.close, fd)  # closed when no reader holds this state
         self.size = 0  # bytes parsed
         self.window = b""  # the last bytes parsed: proof that the file only grew since
         self.parser = Parser(path)
         self.index = Index()
         self.ident: Identity | None = None
+        self.version = 0  # grows with every change: whole-session renders are tied to one
         self.consumed = 0  # how many of parser.entries the index has seen
-        self._tail_indexed = False
+        self._tail: Entry | None = None  # a provisional last line the index holds
         self._stats = Stats()
         self._counted = 0
         self.reported: set[tuple[int, str]] = set()
         # Renders the view derives from this state. Entry-derived ones stay valid while the
-        # file only grows; whole-session ones (VOLATILE) are dropped on every change.
+        # file only grows; whole-session ones carry the version they were made from.
         self.memo: dict[str, Any] = {}
 
     @property
@@ -112,8 +130,15 @@ class Loaded:
         self._counted = len(entries)
         return self._stats
 
+    def pread(self, size: int, offset: int) -> bytes:
+        ident = self.ident
+        if ident is None:
+            return b""
+        with self.files.reading(self.path, ident.dev, ident.ino) as fd:
+            return os.pread(fd, size, offset)
+
     def raw(self, e: Entry) -> bytes:
-        return os.pread(self.fd, e.end - e.start, e.start)
+        return self.pread(e.end - e.start, e.start)
 
     def parsed(self, e: Entry) -> dict[str, Any]:
         """The entry's line parsed again in full (empty if it no longer parses)."""
@@ -121,47 +146,96 @@ class Loaded:
         return d if isinstance(d, dict) else {}
 
     def read_all(self) -> bytes:
-        return os.pread(self.fd, self.size, 0)
+        return self.pread(self.size, 0)
 
     def nbytes(self) -> int:
         return self.size
 
-    def absorb(self, offset: int, ident: Identity) -> None:
-        """Read the file from ``offset`` (the bytes parsed so far) to its end, in chunks (a
-        100 MB file is never in memory whole), and bring parser and index up to date."""
+    def absorb(self, fd: int, ident: Identity, limit: int | None = None) -> bool:
+        """Parse the bytes of ``fd`` after those parsed so far, up to ``ident.size``, at most
+        ``limit`` of them (cut at a line's end); True when all are parsed. The index is not
+        touched: :meth:`index_new` does that."""
         was_enabled = gc.isenabled()
         gc.disable()  # ~10 objects per line, none cyclic: the collector only slows this down
         try:
-            while chunk := os.pread(self.fd, _CHUNK, offset):
+            offset = self.size
+            while offset < ident.size:
+                want = ident.size - offset
+                if limit is not None:
+                    want = min(want, limit)
+                chunk = os.pread(fd, min(want, _CHUNK), offset)
+                if not chunk:
+                    break
+                if limit is not None and offset + len(chunk) < ident.size:
+                    cut = chunk.rfind(b"\n") + 1
+                    chunk = chunk[:cut] if cut else chunk  # a slice ends at a line's end
                 offset += len(chunk)
-                self.size += len(chunk)
-                tail = chunk[-_WINDOW:]
-                self.window = tail if len(tail) == _WINDOW else (self.window + tail)[-_WINDOW:]
-                self.parser.feed(chunk)
-            self.ident = Identity(ident.dev, ident.ino, self.size, ident.mtime_ns)
-            self._index()
+                self._feed(chunk)
+                if limit is not None:
+                    break
         finally:
             if was_enabled:
                 gc.enable()
+        done = self.size >= ident.size
+        self.ident = dataclasses.replace(
+            ident, size=self.size, mtime_ns=ident.mtime_ns if done else 0
+        )
+        self.version += 1
         for k in VOLATILE:
             self.memo.pop(k, None)
-        self._warn()
+        return done
 
-    def _index(self) -> None:
+    def _feed(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        tail = chunk[-_WINDOW:]
+        self.window = tail if len(tail) == _WINDOW else (self.window + tail)[-_WINDOW:]
+        self.parser.feed(chunk)
+
+    def index_new(self) -> bool:
+        """Apply the entries parsed since the last call to the index; False when they change
+        the meaning of earlier ones (a duplicate id, a parent after its child, a provisional
+        last line that came out different): then the index must be built anew."""
+        new = self.parser.entries[self.consumed :]
         tail = self.parser.tail
-        if self.consumed == 0 or self._tail_indexed or tail is not None:
-            # A provisional tail may still change: rebuild rather than undo. Rare and short-lived.
-            self.index = Index(self.entries)
-            self.memo.clear()
-        else:
-            try:
-                for e in self.parser.entries[self.consumed :]:
-                    self.index.add(e)
-            except NeedsRebuild:
-                self.index = Index(self.entries)
-                self.memo.clear()
-        self._tail_indexed = tail is not None
+        if self._tail is not None:
+            held, self._tail = self._tail, None
+            if new and _same(new[0], held):
+                self._swap(held, new[0])
+                new = new[1:]
+            elif not new and tail is not None and _same(tail, held):
+                self.parser.tail = held  # still the same provisional line
+                tail = None
+                self._tail = held
+            else:
+                return False
+        try:
+            for e in new:
+                self.index.add(e)
+            if tail is not None:
+                self.index.add(tail)
+                self._tail = tail
+        except NeedsRebuild:
+            return False
         self.consumed = len(self.parser.entries)
+        self._warn()
+        return True
+
+    def _swap(self, held: Entry, done: Entry) -> None:
+        """The provisional last line the index holds is now a whole line: the same entry."""
+        ix = self.index
+        if ix.by_id.get(held.id) is held:
+            ix.by_id[held.id] = done
+        if ix.order and ix.order[-1] is held:
+            ix.order[-1] = done
+
+    def rebuild(self) -> None:
+        """Build the index anew from every entry (blocking for a big session)."""
+        self.index = Index(self.entries)
+        self._tail = self.parser.tail
+        self.consumed = len(self.parser.entries)
+        self.version += 1
+        self.memo.clear()
+        self._warn()
 
     def _warn(self) -> None:
         for p in self.problems():
@@ -173,6 +247,17 @@ class Loaded:
                 log.warning("%s:%d: %s: %s", self.path, p.line, p.kind, p.detail)
 
 
+def _same(a: Entry, b: Entry) -> bool:
+    return (a.line, a.start, a.id, a.parent_id, a.type, a.kind) == (
+        b.line,
+        b.start,
+        b.id,
+        b.parent_id,
+        b.type,
+        b.kind,
+    )
+
+
 class SessionFile:
     """One ``*.jsonl`` file under the root, parsed on demand."""
 
@@ -182,57 +267,87 @@ class SessionFile:
         self.loaded: Loaded | None = None
         self.epoch = 0
         self._fingerprint: tuple[Identity, int] | None = None  # kept across eviction
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()  # held while the state changes or is read whole
 
     def stat(self) -> os.stat_result:
-        try:
-            return os.stat(self.path)
-        except OSError as err:
-            raise Unreadable(self.path, err) from None
+        st = self.store.files.lstat(self.path)
+        if not stat.S_ISREG(st.st_mode):
+            raise Unreadable(self.path, OSError(errno.ENOENT, "not a regular file any more"))
+        return st
 
-    def needs_load(self) -> bool:
-        """Whether :meth:`load` would parse a big file whole, or wait for a thread that does
-        (slow: run it off the event loop). Growth is read inline (it costs only new bytes),
-        and so is a small file: a thread hop costs more than parsing a few hundred KiB."""
-        if self._lock.locked():
-            return True
+    def step(self) -> Work | None:
+        """Bring the state a step closer to the file without blocking; None when it is up to
+        date. Otherwise :data:`YIELD` (a slice was parsed: call again) or blocking work for
+        another thread (run it, then call again)."""
+        if not self.lock.acquire(blocking=False):
+            return self.wait
+        try:
+            return self._step()
+        finally:
+            self.lock.release()
+
+    def _step(self) -> Work | None:
+        ident = Identity.of(self.stat())
         cur = self.loaded
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return False  # load() reports it
-        if st.st_size < INLINE_BYTES:
-            return False
-        if cur is None or cur.ident is None:
-            return True
-        ident = Identity.of(st)
-        try:
-            return ident != cur.ident and not self._grew(cur, ident)
-        except OSError:
-            return False  # load() reports it
+        if cur is not None and cur.ident == ident:
+            self.store.touch(self)
+            return None
+        if cur is not None and self._grew(cur, ident):
+            return self._append(cur, ident)
+        if ident.size >= INLINE_BYTES:
+            return self.reload
+        self._reload()
+        self.store.touch(self)
+        return None
+
+    def _append(self, cur: Loaded, ident: Identity) -> Work | None:
+        with self.store.files.reading(self.path, ident.dev, ident.ino) as fd:
+            try:
+                done = cur.absorb(fd, ident, INLINE_BYTES)
+            except OSError as err:
+                raise Unreadable(self.path, err) from None
+        if not cur.index_new():
+            if cur.size >= INLINE_BYTES:
+                return self.rebuild
+            cur.rebuild()
+        self.store.touch(self)
+        return None if done and cur.ident == ident else YIELD
+
+    def wait(self) -> None:
+        """Blocking: wait for the thread that holds the session to be done with it."""
+        with self.lock:
+            pass
+
+    def reload(self) -> None:
+        """Blocking: read the file whole into a new state, if it still needs it."""
+        with self.lock:
+            ident = Identity.of(self.stat())
+            cur = self.loaded
+            if cur is None or (cur.ident != ident and not self._grew(cur, ident)):
+                self._reload()
+
+    def rebuild(self) -> None:
+        """Blocking: build the index of the state anew (appends changed earlier entries)."""
+        with self.lock:
+            if self.loaded is not None:
+                self.loaded.rebuild()
 
     def load(self, whole_only: bool = False) -> Loaded:
-        """The session brought up to date with the file; parses only what is new.
+        """The state brought up to date with the file, blocking as long as that takes (for
+        tests, scripts and threads that hold nothing; the mount steps instead).
 
-        ``whole_only``: for a worker thread. Appends change the state others are reading, so
-        they are left to the event loop's thread (the next plain ``load``); a whole read
-        builds a new state and swaps it in.
+        ``whole_only``: only what a thread may do while the loop reads the state (a whole
+        read into a new state); appends are left to the next step on the loop.
         """
-        with self._lock:
-            st = self.stat()
-            ident = Identity.of(st)
-            cur = self.loaded
-            if cur is not None and cur.ident == ident:
-                self.store.touch(self, evict=not whole_only)
-                return cur
-            if cur is not None and self._grew(cur, ident):
-                if not whole_only:
-                    self._append(cur, ident)
-            else:
-                cur = self._reload(ident)
-            # A worker thread never evicts: other sessions' states belong to the loop thread.
-            self.store.touch(self, evict=not whole_only)
-            return cur
+        if whole_only:
+            self.reload()
+            if self.loaded is not None:
+                return self.loaded
+        while (work := self.step()) is not None:
+            if work is not YIELD:
+                work()
+        assert self.loaded is not None
+        return self.loaded
 
     def _grew(self, cur: Loaded, ident: Identity) -> bool:
         """Whether the file only grew since ``cur`` read it (same inode, same last bytes)."""
@@ -240,34 +355,29 @@ class SessionFile:
         if old is None or (old.dev, old.ino) != (ident.dev, ident.ino) or ident.size < old.size:
             return False
         w = len(cur.window)
-        return os.pread(cur.fd, w, cur.size - w) == cur.window
+        return cur.pread(w, cur.size - w) == cur.window
 
-    def _append(self, cur: Loaded, ident: Identity) -> None:
+    def _reload(self) -> None:
+        """Read the file whole into a new state (under the lock)."""
+        fd = self.store.files.open(self.path)
         try:
-            cur.absorb(cur.size, ident)
-        except OSError as err:
-            raise Unreadable(self.path, err) from None
-
-    def _reload(self, ident: Identity) -> Loaded:
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as err:
-            raise Unreadable(self.path, err) from None
-        st = os.fstat(fd)  # the identity of exactly what is read
-        # Bytes that merely grew since an eviction keep the epoch (and so the kernel's inodes);
-        # anything else read whole again is a new version of the file.
-        if not self._continues_evicted(st, fd) and (
-            self.loaded is not None or self._fingerprint is not None
-        ):
-            self.epoch += 1
-        fresh = Loaded(self.path, self.epoch, fd)
-        try:
-            fresh.absorb(0, Identity.of(st))
-        except OSError as err:
-            raise Unreadable(self.path, err) from None
+            st = os.fstat(fd)  # the identity of exactly what is read
+            # Bytes that merely grew since an eviction keep the epoch (and so the kernel's
+            # inodes); anything else read whole again is a new version of the file.
+            if not self._continues_evicted(st, fd) and (
+                self.loaded is not None or self._fingerprint is not None
+            ):
+                self.epoch += 1
+            fresh = Loaded(self.store.files, self.path, self.epoch)
+            try:
+                fresh.absorb(fd, Identity.of(st))
+            except OSError as err:
+                raise Unreadable(self.path, err) from None
+        finally:
+            os.close(fd)
+        fresh.rebuild()
         self.loaded = fresh
         self._fingerprint = None
-        return fresh
 
     def _continues_evicted(self, st: os.stat_result, fd: int) -> bool:
         if self._fingerprint is None:
@@ -290,10 +400,13 @@ class SessionFile:
 
     def evict(self) -> None:
         cur = self.loaded
-        if cur is None or cur.ident is None:
-            return
-        self._fingerprint = (cur.ident, zlib.crc32(cur.window))
-        self.loaded = None
+        if cur is None or cur.ident is None or not self.lock.acquire(blocking=False):
+            return  # a thread is reading it whole: it stays until the next pass
+        try:
+            self._fingerprint = (cur.ident, zlib.crc32(cur.window))
+            self.loaded = None
+        finally:
+            self.lock.release()
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,17 +419,36 @@ class Listing:
 
 
 def project_name(raw: str) -> str:
-    """``--home-ana-src-app--`` -> ``home-ana-src-app``."""
+    """``--home-ana-src-app--`` -> ``home-ana-src-app`` (never ``.`` or ``..``)."""
     if len(raw) > 4 and raw.startswith("--") and raw.endswith("--"):
-        return raw[2:-2]
+        stripped = raw[2:-2]
+        if stripped not in (".", ".."):
+            return stripped
     return raw
+
+
+def _unique(items: list[Listing]) -> list[Listing]:
+    """Names made unique in their folder: a later duplicate gets ``~2``, ``~3``… (file names
+    are sorted, so the same folder always gives the same names)."""
+    seen: set[str] = set()
+    out: list[Listing] = []
+    for item in items:
+        name = item.name
+        n = 1
+        while name in seen:
+            n += 1
+            name = f"{item.name}~{n}"
+        seen.add(name)
+        out.append(item if name == item.name else Listing(name, item.path, item.is_session))
+    return out
 
 
 class Store:
     """The sessions root: discovery, the parsed-session cache and its byte cap."""
 
     def __init__(self, root: str, cache_bytes: int = 1 << 30) -> None:
-        self.root = os.path.realpath(root)
+        self.files = Files(root)
+        self.root = self.files.root
         self.cache_bytes = cache_bytes
         self._files: dict[str, SessionFile] = {}
         self._lru: OrderedDict[str, int] = OrderedDict()  # path -> bytes held, oldest first
@@ -324,37 +456,16 @@ class Store:
         self._listings: dict[str, tuple[int, list[Listing], dict[str, Listing]]] = {}
         self._lru_lock = threading.Lock()
 
-    def _inside(self, path: str) -> bool:
-        real = os.path.realpath(path)
-        return real == self.root or real.startswith(self.root + os.sep)
-
-    def _scan(self, folder: str) -> list[os.DirEntry[str]]:
-        try:
-            with os.scandir(folder) as it:
-                return sorted((d for d in it if not d.name.startswith(".")), key=lambda d: d.name)
-        except OSError as err:
-            log.warning("cannot list %s: %s", folder, err.strerror)
-            return []
-
-    def _is(self, d: os.DirEntry[str], kind: int) -> bool:
-        try:
-            if d.is_symlink() and not self._inside(d.path):
-                return False
-            return stat.S_IFMT(os.stat(d.path).st_mode) == kind
-        except OSError:
-            return False
-
     def _cached(self, folder: str, build: Callable[[], list[Listing]]) -> list[Listing]:
         """A folder's listing, scanned again only when the folder's mtime moved (a file or
-        folder came or went), so a lookup in a folder of 10,000 sessions costs one stat."""
-        try:
-            mtime = os.stat(folder).st_mtime_ns
-        except OSError:
-            return []
+        folder came or went), so a lookup in a folder of 10,000 sessions costs one stat.
+
+        Raises :class:`Unreadable` when the folder cannot be listed."""
+        mtime = self.files.lstat(folder).st_mtime_ns
         hit = self._listings.get(folder)
         if hit is not None and hit[0] == mtime:
             return hit[1]
-        listing = build()
+        listing = _unique(build())
         table = {item.name: item for item in listing}
         # Folder times are coarse (a few ms): a change in the same tick as this scan would
         # not move them, so a scan that close to the last change is not trusted later.
@@ -376,16 +487,19 @@ class Store:
         return self._cached(self.root, self._top)
 
     def _top(self) -> list[Listing]:
-        entries = self._scan(self.root)
-        sessions = [d for d in entries if d.name.endswith(".jsonl") and self._is(d, stat.S_IFREG)]
-        dirs = [d for d in entries if self._is(d, stat.S_IFDIR)]
-        stems = [d.name[: -len(".jsonl")] for d in sessions]
+        entries = self.files.scandir(self.root)
+        dirs = [d for d in entries if d.is_dir]
+        sessions = [d for d in entries if d.is_file and _is_session_name(d.name)]
         stripped = [project_name(d.name) for d in dirs]
-        taken = set(stems) | {d.name for d in dirs}
-        out = [Listing(s, d.path, True) for s, d in zip(stems, sessions, strict=True) if s]
+        raw_dirs = {d.name for d in dirs}
+        out = []
         for d, name in zip(dirs, stripped, strict=True):
-            clash = name != d.name and (name in taken or stripped.count(name) > 1)
+            clash = name != d.name and (name in raw_dirs or stripped.count(name) > 1)
             out.append(Listing(d.name if clash else name, d.path, False))
+        shown = {item.name for item in out}
+        for d in sessions:
+            stem = d.name[: -len(".jsonl")]
+            out.append(Listing(d.name if stem in shown else stem, d.path, True))
         return out
 
     def sessions_in(self, folder: str) -> list[Listing]:
@@ -394,8 +508,8 @@ class Store:
     def _sessions_in(self, folder: str) -> list[Listing]:
         return [
             Listing(d.name[: -len(".jsonl")], d.path, True)
-            for d in self._scan(folder)
-            if d.name.endswith(".jsonl") and len(d.name) > 6 and self._is(d, stat.S_IFREG)
+            for d in self.files.scandir(folder)
+            if d.is_file and _is_session_name(d.name)
         ]
 
     def loaded_paths(self) -> list[str]:
@@ -417,17 +531,23 @@ class Store:
             sf = self._files[path] = SessionFile(self, path)
         return sf
 
-    def touch(self, sf: SessionFile, evict: bool = True) -> None:
-        """Mark ``sf`` recently used and (``evict``) drop others past the byte cap."""
+    def touch(self, sf: SessionFile) -> None:
+        """Mark ``sf`` recently used and drop others past the byte cap."""
         with self._lru_lock:
             size = sf.loaded.nbytes() if sf.loaded is not None else 0
             old = self._lru.get(sf.path, 0)
             self._lru[sf.path] = size
             self._lru.move_to_end(sf.path)  # O(1): this runs on every request
             self._total += size - old
-            while evict and self._total > self.cache_bytes and len(self._lru) > 1:
-                path = next(iter(self._lru))
-                if path == sf.path:
+            for path in list(self._lru):
+                if self._total <= self.cache_bytes or path == sf.path:
                     break
-                self._total -= self._lru.pop(path)
-                self._files[path].evict()
+                victim = self._files[path]
+                victim.evict()
+                if victim.loaded is None:
+                    self._total -= self._lru.pop(path)
+
+
+def _is_session_name(name: str) -> bool:
+    """``<stem>.jsonl`` (Pi's temp files, ``*.jsonl.tmp``, are not sessions)."""
+    return name.endswith(".jsonl") and len(name) > len(".jsonl")

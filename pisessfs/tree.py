@@ -26,6 +26,18 @@ def _order_key(e: Entry) -> tuple[int, int]:
     return (_NO_TS if ms is None else ms, e.line)
 
 
+_CYCLE_SHOWN = 8  # ids of a cycle named in its problem line (a cycle may be 100,000 long)
+
+
+def _cycle_text(cycle: list[str], back: str, first: str) -> str:
+    shown = cycle if len(cycle) <= _CYCLE_SHOWN else [*cycle[:_CYCLE_SHOWN], "…"]
+    return (
+        f"parent cycle of {len(cycle)} entries: "
+        + " -> ".join([*shown, back])
+        + f"; broken at {first}"
+    )
+
+
 class NeedsRebuild(Exception):
     """An appended entry changes the meaning of earlier ones; build the index anew."""
 
@@ -42,7 +54,8 @@ class Index:
         self.num: dict[str, int] = {}  # numbered entries on the path root..id, inclusive
         self.anchor: dict[str, str | None] = {}  # nearest numbered entry on that path
         self.has_numbered_desc: set[str] = set()
-        self.leaves_by_anchor: dict[str | None, list[str]] = {}
+        # leaves by their nearest numbered entry; a dict as an ordered set (O(1) removal)
+        self.leaves_by_anchor: dict[str | None, dict[str, None]] = {}
         self.labels: dict[str, str] = {}
         self.resume: str | None = None
         self.problems: list[Problem] = []
@@ -142,11 +155,7 @@ class Index:
                 first = min(cycle, key=lambda i: self.by_id[i].line)
                 self.parent[first] = None
                 self.problems.append(
-                    Problem(
-                        self.by_id[first].line,
-                        "cycle",
-                        "parent cycle " + " -> ".join([*cycle, cur]) + f"; broken at {first}",
-                    )
+                    Problem(self.by_id[first].line, "cycle", _cycle_text(cycle, cur, first))
                 )
             for i in walk:
                 state[i] = 2
@@ -178,9 +187,9 @@ class Index:
             anchor = self.anchor[eid]
             lst = self.leaves_by_anchor.get(anchor)
             if lst is None:
-                self.leaves_by_anchor[anchor] = [eid]
+                self.leaves_by_anchor[anchor] = {eid: None}
             else:
-                lst.append(eid)
+                lst[eid] = None
 
     def _note_meta(self, e: Entry) -> None:
         if e.type == "label" and e.target_id is not None:
@@ -209,16 +218,23 @@ class Index:
             if kids is None:
                 self._unleaf(p)
                 kids = self.children[p] = []
-            keys = [_order_key(self.by_id[i]) for i in kids]
-            kids.insert(bisect.bisect_right(keys, _order_key(e)), e.id)
+            # Appends usually come in time order: then the new child goes last, in O(1);
+            # otherwise a binary search, never a key per sibling (10,000 siblings, O(n²)).
+            by_id = self.by_id
+            key = _order_key(e)
+            if not kids or _order_key(by_id[kids[-1]]) <= key:
+                kids.append(e.id)
+            else:
+                at = bisect.bisect_right(kids, key, key=lambda i: _order_key(by_id[i]))
+                kids.insert(at, e.id)
         self._place(e)
         self._note_meta(e)
         self.resume = e.id
 
     def _unleaf(self, eid: str) -> None:
         lst = self.leaves_by_anchor.get(self.anchor[eid])
-        if lst is not None and eid in lst:
-            lst.remove(eid)
+        if lst is not None:
+            lst.pop(eid, None)
 
     # -- queries ----------------------------------------------------------------------------
 

@@ -3,8 +3,15 @@
 This module owns inode numbers, names, lookup, listings, attributes, file contents, link
 targets and extended attributes of every node of the mount (DESIGN.md, "Layout"). It is
 synchronous and FUSE-free: it raises the exceptions below, and ``fuse_ops`` turns them into
-errno. Parsing a session can block; :meth:`View.loader` tells the adapter when a request
-would, so that it can run that parse off the event loop first.
+errno. Nothing here blocks for long: :meth:`View.ready` brings a node's session (and, for the
+whole-session files, their rendering) up to date in steps, and when a step needs blocking
+work it raises :class:`Busy` with that work for the adapter to run off the event loop (with
+``defer=False``, for tests and scripts, the work is simply done). Every other method reads
+the session as the last ``ready`` left it.
+
+What a node shows is bounded by its real file: owner, group and permission bits of a session
+file bound everything under its folder, a project folder's bound its listing (DESIGN.md,
+"Security").
 
 Inode numbers are stable for the life of the mount: a node's key (kind, file, epoch, entry
 id, ...) maps to one number forever. Keys of entry-derived nodes carry the session's epoch,
@@ -13,7 +20,6 @@ so a rewritten file never serves old bytes under an old inode.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import stat
@@ -24,8 +30,9 @@ from typing import NamedTuple
 
 from . import render, summary
 from .model import Entry
+from .names import id_name, name_id
 from .scratch import Node, Overlay
-from .sessions import Loaded, Store
+from .sessions import INLINE_BYTES, YIELD, Identity, Loaded, SessionFile, Store, Work
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +80,15 @@ class Invalid(ViewError):
     pass
 
 
+class Busy(Exception):
+    """Not an error: the request needs ``work`` done first (blocking: run it off the event
+    loop; :data:`~pisessfs.sessions.YIELD`: let other requests run), then to be asked again."""
+
+    def __init__(self, work: Work) -> None:
+        super().__init__("busy")
+        self.work = work
+
+
 class Key(NamedTuple):
     kind: str  # root proj sess leaves nodes current tree json jsonl edir msg scratch
     path: str = ""  # project folder or session file
@@ -93,10 +109,13 @@ class Attr:
     nlink: int
     immutable: bool
     scratch: bool = False  # a scratch name: the kernel asks again at every use
+    uid: int = 0
+    gid: int = 0
 
 
 _DIRS = frozenset({"root", "proj", "sess", "leaves", "nodes", "edir"})
 _IMMUTABLE = frozenset({"edir", "msg"})
+_RENDERED = frozenset({"tree", "json"})  # whole-session files: rendered off the loop
 Rendered = tuple[bytes, list[tuple[str, bytes]]]  # a message file's text and its images
 _SESSION_KIND = {
     "current": "current",
@@ -113,6 +132,7 @@ class View:
 
     def __init__(self, store: Store, render_cache_bytes: int = 64 << 20) -> None:
         self.store = store
+        self.defer = False  # raise Busy for blocking work (the mount) instead of doing it
         self._ino: dict[Key, int] = {Key("root"): ROOT_INO}
         self._keys: list[Key] = [Key("none"), Key("root")]
         self._cache: OrderedDict[Key, Rendered] = OrderedDict()
@@ -140,38 +160,88 @@ class View:
 
     # -- sessions ---------------------------------------------------------------------------
 
-    def loader(self, ino: int, attr_only: bool = False) -> Callable[[], object] | None:
-        """A blocking parse that must run before serving ``ino``, or None when none is due.
+    def ready(self, ino: int, attr_only: bool = False) -> None:
+        """Bring what ``ino`` shows up to date; raises :class:`Busy` (``defer``) when that
+        needs blocking work or a pause first. Idempotent: call it again after the work.
 
         ``attr_only``: only the attributes are wanted, which a session folder has without
         parsing (so ``ls -l`` of a project parses nothing).
         """
         key = self.key(ino)
-        if key.kind in ("root", "proj", "scratch") or (attr_only and key.kind == "sess"):
-            return None
+        kind = key.kind
+        if kind in ("root", "proj", "scratch") or (attr_only and kind == "sess"):
+            return
         sf = self.store.session(key.path)
-        if key.kind in _IMMUTABLE and sf.loaded is not None and sf.loaded.epoch == key.epoch:
+        if kind in _IMMUTABLE and sf.loaded is not None and sf.loaded.epoch == key.epoch:
+            return  # what an entry shows never changes: the hot path of grep -r and ls -lR
+        self._settle(sf.step)
+        s = sf.loaded
+        assert s is not None
+        if kind in _RENDERED:
+            self._settle(lambda: self._render_step(sf, s, kind))
+        elif kind == "sess":  # a listing shows the sizes of tree.txt and session.json
+            for k in _RENDERED:
+                self._settle(lambda k=k: self._render_step(sf, s, k))  # type: ignore[misc]
+
+    def _settle(self, step: Callable[[], Work | None]) -> None:
+        while (work := step()) is not None:
+            if self.defer:
+                raise Busy(work)
+            if work is not YIELD:
+                work()
+
+    def _render_step(self, sf: SessionFile, s: Loaded, kind: str) -> Work | None:
+        hit = s.memo.get(kind)
+        if hit is not None and hit[0] == s.version:
             return None
-        return functools.partial(sf.load, whole_only=True) if sf.needs_load() else None
+        if s.size < INLINE_BYTES:
+            self._render(s, kind)  # a small session: cheaper here than a thread hop
+            return None
+
+        def work() -> None:
+            with sf.lock:  # no append changes the state while it is read whole
+                if sf.loaded is s:
+                    self._render(s, kind)
+
+        return work
+
+    def up_to_date(self, path: str) -> Loaded:
+        """Session ``path`` brought up to date (raises :class:`Busy` like :meth:`ready`)."""
+        sf = self.store.session(path)
+        self._settle(sf.step)
+        assert sf.loaded is not None
+        return sf.loaded
+
+    def state(self, path: str) -> Loaded:
+        """Session ``path`` as the last :meth:`up_to_date` left it (what writes work on: the
+        adapter brings it up to date right before)."""
+        sf = self.store.session(path)
+        if sf.loaded is None or not self.defer:  # tests and scripts: always the file as it is
+            self._settle(sf.step)
+        assert sf.loaded is not None
+        return sf.loaded
+
+    def session_path(self, ino: int) -> str | None:
+        """The session file a node of an entry folder belongs to (None for others)."""
+        key = self.key(ino)
+        return key.path if key.kind in ("edir", "msg") else None
 
     def immutable(self, ino: int) -> bool:
         """Whether the node's bytes can never change (the kernel may cache them for long)."""
         return self.key(ino).kind in _IMMUTABLE
 
     def session(self, key: Key) -> Loaded:
-        """The parsed session a node belongs to, brought up to date."""
+        """The parsed session a node belongs to, as :meth:`ready` left it."""
         return self._session(key)
 
     def _session(self, key: Key) -> Loaded:
         sf = self.store.session(key.path)
-        if key.kind in _IMMUTABLE:
-            # What an entry shows never changes: no need to look at the file again (the hot
-            # path of grep -r and ls -lR).
+        s = sf.loaded
+        if s is None or not (self.defer or (key.kind in _IMMUTABLE and s.epoch == key.epoch)):
+            self._settle(sf.step)  # the adapter asks ready() first; tests and scripts do not
             s = sf.loaded
-            if s is not None and s.epoch == key.epoch:
-                return s
-        s = sf.load()  # Unreadable carries the file's own errno (EACCES, ENOENT) up
-        if key.kind in ("edir", "msg") and key.epoch != s.epoch:
+            assert s is not None
+        if key.kind in _IMMUTABLE and key.epoch != s.epoch:
             raise NotFound(f"{key.path}: rewritten since this node was looked up")
         return s
 
@@ -193,13 +263,19 @@ class View:
             if e is not None:
                 text = render.content_text(render.message_of(s.parsed(e)).get("content"))
             slug = render.slug(text)
-            name = memo[leaf] = render.sanitize(f"{leaf}-{slug}" if slug else leaf)
+            base = id_name(leaf)
+            name = memo[leaf] = f"{base}-{slug}" if slug else base
         return name
 
     def folder_of(self, s: Loaded, eid: str) -> str:
         if s.index.is_leaf(eid):
             return "leaves/" + self.folder_name(s, eid)
-        return "nodes/" + render.sanitize(eid)
+        return "nodes/" + id_name(eid)
+
+    def _id_named(self, s: Loaded, name: str) -> str | None:
+        """The entry id a name of ``nodes/`` or ``leaves/`` stands for, if it is one."""
+        eid = name_id(name, s.index.by_id)
+        return eid if eid is not None and eid in s.index.by_id else None
 
     def _leaf_by_name(self, s: Loaded, name: str) -> str:
         """The entry of a ``leaves/`` name: ``<id>`` or ``<id>-<slug>``.
@@ -207,13 +283,13 @@ class View:
         A former leaf (one that has children now) still resolves by its old name, so a path
         a shell or an editor holds keeps working after a commit below it.
         """
-        by_id = s.index.by_id
-        if name in by_id:
-            return name
+        eid = self._id_named(s, name)
+        if eid is not None:
+            return eid
         cut = name.find("-")
         while cut > 0:  # ids may contain "-" themselves (UUIDs): try each cut
-            cand = name[:cut]
-            if cand in by_id and self.folder_name(s, cand) == name:
+            cand = self._id_named(s, name[:cut])
+            if cand is not None and self.folder_name(s, cand) == name:
                 return cand
             cut = name.find("-", cut + 1)
         raise NotFound(name)
@@ -280,8 +356,10 @@ class View:
         if kind == "leaves":
             return Key("edir", key.path, s.epoch, self._leaf_by_name(s, name), "leaves")
         if kind == "nodes":
-            self._entry(s, name)
-            return Key("edir", key.path, s.epoch, name, "nodes")
+            eid = self._id_named(s, name)
+            if eid is None:
+                raise NotFound(name)
+            return Key("edir", key.path, s.epoch, eid, "nodes")
         if kind == "edir":
             return self._file_named(s, key, name)
         raise NotADir(name)
@@ -343,34 +421,64 @@ class View:
         if kind == "scratch":
             node = self._node(ino)
             size = len(node.target if node.is_link else node.data)
-            return Attr(ino, node.mode, size, node.mtime_ns, 1, False, scratch=True)
-        if kind in ("root", "proj", "sess"):
-            # From stat alone: listing a project parses nothing, and one unreadable session
-            # fails only when it is entered.
-            return self._dir_attr(ino, key.path or self.store.root, 0o555)
-        if kind in ("leaves", "nodes"):
-            self._session(key)
-            return self._dir_attr(ino, key.path, 0o555)
+            return Attr(
+                ino, node.mode, size, node.mtime_ns, 1, False, True, node.uid, node.gid
+            )
+        if kind in ("root", "proj"):
+            # From stat alone: listing a project parses nothing.
+            return self._folder_attr(ino, key.path or self.store.root)
+        if kind == "sess":
+            # From the file's stat alone, and one unreadable session fails only when entered.
+            st = self._stat(key.path)
+            return self._bounded(ino, stat.S_IFDIR | 0o555, st, 0, st.mtime_ns, 2)
         s = self._session(key)
+        ident = s.ident
+        assert ident is not None
+        if kind in ("leaves", "nodes"):
+            return self._bounded(ino, stat.S_IFDIR | 0o555, ident, 0, ident.mtime_ns, 2)
         if kind == "edir":
             e = self._entry(s, key.eid)
-            return Attr(ino, stat.S_IFDIR | 0o755, 0, _ns(e), 2, True)
+            return self._bounded(ino, stat.S_IFDIR | 0o777, ident, 0, _ns(e), 2, True)
         if kind == "msg":
             e = self._entry(s, key.eid)
-            mode = 0o644 if e.kind == "user" and key.k == 0 else 0o444
-            return Attr(ino, stat.S_IFREG | mode, len(self.content(ino)), _ns(e), 1, True)
-        mtime = s.ident.mtime_ns if s.ident else 0
+            mode = 0o666 if e.kind == "user" and key.k == 0 else 0o444
+            size = len(self.content(ino))
+            return self._bounded(ino, stat.S_IFREG | mode, ident, size, _ns(e), 1, True)
         if kind == "current":
-            return Attr(ino, stat.S_IFLNK | 0o777, len(self.readlink(ino)), mtime, 1, False)
+            a = Attr(ino, stat.S_IFLNK | 0o777, len(self.readlink(ino)), ident.mtime_ns, 1, False)
+            return Attr(a.ino, a.mode, a.size, a.mtime_ns, 1, False, False, ident.uid, ident.gid)
         size = s.size if kind == "jsonl" else len(self.content(ino))
-        return Attr(ino, stat.S_IFREG | 0o444, size, mtime, 1, False)
+        return self._bounded(ino, stat.S_IFREG | 0o444, ident, size, ident.mtime_ns, 1)
 
-    def _dir_attr(self, ino: int, path: str, perm: int) -> Attr:
+    def _stat(self, path: str) -> Identity:
         try:
-            mtime = os.stat(path).st_mtime_ns
+            return Identity.of(self.store.files.lstat(path))
         except OSError:
             raise NotFound(path) from None
-        return Attr(ino, stat.S_IFDIR | perm, 0, mtime, 2, False)
+
+    def _folder_attr(self, ino: int, path: str) -> Attr:
+        st = self._stat(path)
+        return self._bounded(ino, stat.S_IFDIR | 0o555, st, 0, st.mtime_ns, 2)
+
+    def _bounded(  # noqa: PLR0917
+        self,
+        ino: int,
+        mode: int,
+        real: Identity,
+        size: int,
+        mtime_ns: int,
+        nlink: int,
+        immutable: bool = False,
+    ) -> Attr:
+        """Attributes whose owner, group and permission bits are the real file's, never
+        looser: each class (owner, group, others) keeps the bits of ``mode`` that its bits on
+        the real file allow (a folder: reading it lets you list and enter it)."""
+        perm = stat.S_IMODE(real.mode) & 0o777
+        if stat.S_ISDIR(mode):
+            perm = _as_folder(perm)
+        bits = stat.S_IMODE(mode) & perm & self.store.files.reach
+        kind = stat.S_IFMT(mode)
+        return Attr(ino, kind | bits, size, mtime_ns, nlink, immutable, False, real.uid, real.gid)
 
     # -- contents ---------------------------------------------------------------------------
 
@@ -412,14 +520,23 @@ class View:
         return self._rendered(s, key._replace(k=0))[1]
 
     def _session_text(self, s: Loaded, kind: str) -> bytes:
-        memo = s.memo
-        if kind not in memo:
-            folder_of = lambda eid: self.folder_of(s, eid)  # noqa: E731
-            if kind == "tree":
-                memo[kind] = summary.tree_txt(s, folder_of)
-            else:
-                memo[kind] = summary.session_json(s, folder_of, set(self.listed(s)))
-        data: bytes = memo[kind]
+        """tree.txt or session.json as :meth:`ready` rendered it (an older rendering, all of
+        one version, rather than a render here when the file moved on meanwhile)."""
+        hit = s.memo.get(kind)
+        if hit is None:
+            return self._render(s, kind)
+        data: bytes = hit[1]
+        return data
+
+    def _render(self, s: Loaded, kind: str) -> bytes:
+        """Render a whole-session file (blocking in proportion to the session)."""
+        version = s.version
+        folder_of = lambda eid: self.folder_of(s, eid)  # noqa: E731
+        if kind == "tree":
+            data = summary.tree_txt(s, folder_of)
+        else:
+            data = summary.session_json(s, folder_of, set(self.listed(s)))
+        s.memo[kind] = (version, data)
         return data
 
     def snapshot(self, ino: int) -> Snapshot:
@@ -428,18 +545,16 @@ class View:
         if key.kind != "jsonl":
             return Snapshot(self.content(ino))
         s = self._session(key)
-        # The parsed file's first bytes, through a descriptor of its own: append-only bytes
-        # stay put, and a file replaced or deleted meanwhile is still read as it was (no copy).
-        sf = self.store.session(key.path)
-        epoch = s.epoch
-
-        def live() -> int:
-            # Within one epoch the file only grows: a reader (tail -f) may see what was
-            # appended since it opened, never bytes of another version.
-            cur = sf.loaded
-            return cur.size if cur is not None and cur.epoch == epoch else 0
-
-        return FileSnapshot(os.dup(s.fd), s.size, live)
+        ident = s.ident
+        assert ident is not None
+        # A descriptor of its own (one per open handle, not per session): append-only bytes
+        # stay put, and a file replaced or deleted meanwhile is still read as it was.
+        fd = self.store.files.open(key.path)
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (ident.dev, ident.ino):
+            os.close(fd)
+            raise NotFound(f"{key.path}: replaced since it was read")
+        return FileSnapshot(fd, s.size, s.window)
 
     def readlink(self, ino: int) -> bytes:
         key = self.key(ino)
@@ -514,6 +629,13 @@ class View:
             if n is not None:
                 self.invalidations.append((n, None))
 
+    def changed_everything_of(self, path: str) -> None:
+        """The session file's owner or mode changed: every node of it shows other bits.
+        A scan of every inode: chmod and chown are rare."""
+        for key, n in self._ino.items():
+            if key.path == path:
+                self.invalidations.append((n, None))
+
     def changed_inode(self, ino: int) -> None:
         self.invalidations.append((ino, None))
 
@@ -523,15 +645,17 @@ class View:
         """``user.pi.*`` attributes: entry id on entry nodes, session id and file on sessions."""
         key = self.key(ino)
         if key.kind in ("edir", "msg"):
-            return {"user.pi.id": key.eid.encode()}
+            return {"user.pi.id": key.eid.encode("utf-8", "surrogatepass")}
         if key.kind == "scratch":
             return {}
         if key.kind == "sess":
             s = self._session(key)
             header = s.parser.header
             return {
-                "user.pi.session": (header.session_id if header else "").encode(),
-                "user.pi.file": key.path.encode(),
+                "user.pi.session": (header.session_id if header else "").encode(
+                    "utf-8", "surrogatepass"
+                ),
+                "user.pi.file": os.fsencode(key.path),
             }
         return {}
 
@@ -550,20 +674,45 @@ class Snapshot:
 
 
 class FileSnapshot(Snapshot):
-    """The first ``size`` bytes of a file, read through a descriptor opened with the file."""
+    """The first ``size`` bytes of a file, read through a descriptor opened with the file.
 
-    def __init__(self, fd: int, size: int, live: Callable[[], int]) -> None:
+    Like ``tail -f`` expects, it also reads what is appended while it is open, as long as the
+    bytes it knows are still the file's last ones there (a file rewritten in place is another
+    version: its reader keeps what it had)."""
+
+    def __init__(self, fd: int, size: int, window: bytes) -> None:
         super().__init__(b"")
         self.fd = fd
         self.size = size
-        self.live = live
+        self.window = window
 
     def read(self, off: int, size: int) -> bytes:
-        self.size = max(self.size, self.live())
+        if off + size > self.size:
+            self._grow()
         return os.pread(self.fd, max(0, min(size, self.size - off)), off)
+
+    def _grow(self) -> None:
+        now = os.fstat(self.fd).st_size
+        w = len(self.window)
+        if now > self.size and os.pread(self.fd, w, self.size - w) == self.window:
+            self.size = now
+            tail = os.pread(self.fd, w, now - w)
+            self.window = tail
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+def _as_folder(perm: int) -> int:
+    """A file's bits as a folder's: read lets a class list and enter, write lets it add."""
+    out = 0
+    for shift in (6, 3, 0):
+        bits = (perm >> shift) & 7
+        if bits & 4:
+            out |= 5 << shift
+            if bits & 2:
+                out |= 2 << shift
+    return out
 
 
 def _weight(r: Rendered) -> int:

@@ -16,6 +16,7 @@ import logging
 import os
 
 from .inotify import (
+    IN_ATTRIB,
     IN_CREATE,
     IN_DELETE,
     IN_DELETE_SELF,
@@ -27,7 +28,7 @@ from .inotify import (
     Event,
     Inotify,
 )
-from .sessions import SessionFile, Store, Unreadable, project_name
+from .sessions import SessionFile, Store, project_name
 from .view import ROOT_INO, Key, View
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,10 @@ class Watcher:
         if not ev.name.endswith(".jsonl"):
             return
         self._folder_changed(folder, ev.name[: -len(".jsonl")])
+        if ev.mask & IN_ATTRIB:
+            # chmod, chown: what everything under the session's folder may show changed,
+            # and the kernel caches the attributes of entry nodes for long.
+            self.view.changed_everything_of(path)
         if ev.mask & _GONE:
             self.store.forget(path)
             self.view.changed_session(path)
@@ -114,17 +119,8 @@ class Watcher:
             self.view.changed_entry(ino, stem)
 
     def _refresh(self, path: str) -> SessionFile | None:
-        """Read what changed in a parsed session now; a whole re-read is returned instead."""
-        sf = self.store.known(path)
-        if sf is None or sf.loaded is None:
-            self.view.changed_session(path)  # not entered yet: nothing parsed, only times
-            return None
-        if sf.needs_load():
-            return sf  # the caller reads it off the loop, then calls changed_session
-        try:
-            sf.load()
-        except Unreadable as err:
-            log.warning("cannot read %s: %s", path, err)
+        """A session file changed: the kernel asks again, and the request that asks brings
+        the session up to date (in steps, off the loop when big). Nothing is read here."""
         self.view.changed_session(path)
         return None
 

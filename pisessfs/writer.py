@@ -17,11 +17,13 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from .files import Files, Unreadable
 from .model import iso_ms
 from .sessions import Identity, Loaded
 
@@ -94,13 +96,19 @@ def decode_text(path: str, data: bytes, cap: int) -> str:
         raise NotUtf8(path, f"not UTF-8 at byte {err.start}") from None
 
 
-def lock_holder(path: str) -> int | None:
-    """The pid of a live process holding ``<path>.writer.lock``, if any."""
+def lock_holder(files: Files, path: str) -> int | None:
+    """The pid of a live process holding ``<path>.writer.lock``, if any (read without
+    following a link, like every file under the root)."""
     try:
-        with open(path + ".writer.lock", "rb") as f:
-            raw = f.read(4096)
+        fd = files.open(path + ".writer.lock")
+    except Unreadable:
+        return None
+    try:
+        raw = os.pread(fd, 4096, 0)
     except OSError:
         return None
+    finally:
+        os.close(fd)
     pid: object = None
     try:
         doc = orjson.loads(raw)
@@ -119,11 +127,11 @@ def lock_holder(path: str) -> int | None:
     return pid
 
 
-def new_id(taken: set[str]) -> str:
+def new_id(taken: Callable[[str], bool]) -> str:
     """8 lowercase hex chars that no entry of the file has (Pi's shape)."""
     while True:
         candidate = secrets.token_hex(4)
-        if candidate not in taken:
+        if not taken(candidate):
             return candidate
 
 
@@ -145,11 +153,19 @@ def build_line(entry_id: str, msg: NewMessage, now: float) -> bytes:
 class Pending:
     """A line ready to append to ``path``, valid while the file is still ``ident``."""
 
+    files: Files
     path: str
     ident: Identity
     entry_id: str
     line: bytes
     tail: bytes  # the last bytes that were read: still there if the file only grew
+
+
+def check_unlocked(s: Loaded) -> None:
+    """Raise :class:`Locked` when a live Pi writer holds the session's lock."""
+    holder = lock_holder(s.files, s.path)
+    if holder is not None:
+        raise Locked(s.path, f"Pi process {holder} holds the writer lock")
 
 
 def prepare(s: Loaded, msg: NewMessage, now: float | None = None) -> Pending:
@@ -161,16 +177,16 @@ def prepare(s: Loaded, msg: NewMessage, now: float | None = None) -> Pending:
         Stale: the parent is not in the file, or the file was never read.
     """
     check_writable(s)
-    holder = lock_holder(s.path)
-    if holder is not None:
-        raise Locked(s.path, f"Pi process {holder} holds the writer lock")
+    check_unlocked(s)
     if msg.parent_id is not None and msg.parent_id not in s.index.by_id:
         raise Stale(s.path, f"parent {msg.parent_id} is not in the file")
     if s.ident is None:
         raise Stale(s.path, "the file was never read")
-    entry_id = new_id({e.id for e in s.entries})
+    taken = s.index.by_id  # every id of the file (a duplicate's id is there once)
+    tail = s.parser.tail
+    entry_id = new_id(lambda i: i in taken or (tail is not None and tail.id == i))
     line = build_line(entry_id, msg, time.time() if now is None else now)
-    return Pending(s.path, s.ident, entry_id, line, s.window)
+    return Pending(s.files, s.path, s.ident, entry_id, line, s.window)
 
 
 def write(p: Pending) -> None:
@@ -184,7 +200,10 @@ def write(p: Pending) -> None:
         Grew: a line appended meanwhile uses our new id; prepare again and retry.
         OSError: the write itself failed.
     """
-    fd = os.open(p.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+    try:
+        fd = p.files.open(p.path, os.O_RDWR | os.O_APPEND)  # no link followed, ever
+    except Unreadable as err:
+        raise Stale(p.path, f"it cannot be opened as the file that was read ({err})") from None
     try:
         st = os.fstat(fd)
         _check_same(p, fd, st)

@@ -151,15 +151,24 @@ def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str = "condi
 
 
 @contextlib.contextmanager
-def mounted(sessions: Path, *extra: str) -> Iterator[Mount]:
-    """Mount ``sessions`` in a subprocess; always unmounts, even when the test fails."""
+def mounted(
+    sessions: Path, *extra: str, base: Path | None = None, max_fds: int | None = None
+) -> Iterator[Mount]:
+    """Mount ``sessions`` in a subprocess; always unmounts, even when the test fails.
+
+    ``base``: the folder to mount in (default: one outside /tmp); ``max_fds``: the daemon's
+    ``ulimit -n``.
+    """
     need(fuse_missing() is None, fuse_missing() or "")
-    mnt = mount_base() / uuid.uuid4().hex[:8]
+    mnt = (base or mount_base()) / uuid.uuid4().hex[:8]
     mnt.mkdir()
     log = mnt.with_suffix(".log")
+    limit = [] if max_fds is None else ["prlimit", f"--nofile={max_fds}:{max_fds}"]
+
     with log.open("w") as out:
         proc = subprocess.Popen(
             [
+                *limit,
                 sys.executable,
                 "-m",
                 "pisessfs.cli",

@@ -241,10 +241,10 @@ def test_unreadable_session_is_denied_alone(
         (tmp_path / f"{name}.jsonl").write_bytes(damaged.good())
     real_open = os.open
 
-    def fake_open(path: str, flags: int, *args: int) -> int:  # fault injection: EACCES
+    def fake_open(path: str, flags: int, *args: int, **kw: int) -> int:  # fault: EACCES
         if str(path).endswith("locked.jsonl"):
             raise PermissionError(13, "Permission denied", path)
-        return real_open(path, flags, *args)
+        return real_open(path, flags, *args, **kw)
 
     monkeypatch.setattr(os, "open", fake_open)  # root reads any file: chmod cannot do this
     v = View(Store(str(tmp_path)))
