@@ -111,9 +111,9 @@ class Operations(pyfuse3.Operations):
         self._dirs: dict[int, list[tuple[str, v.Attr]]] = {}
         self._files: dict[int, v.Snapshot] = {}  # read handles: what each one reads
 
-    async def _ready(self, ino: int, attr_only: bool = False) -> None:
+    async def _ready(self, ino: int, attr_only: bool = False, listing: bool = False) -> None:
         """Bring what ``ino`` shows up to date without holding up other requests."""
-        await self._core(self.view.ready, ino, attr_only)
+        await self._core(self.view.ready, ino, attr_only, listing, set())
 
     async def _core(self, fn: Callable[..., R], *args: Any) -> R:
         """Call the core; when it is busy, run its blocking work off the loop (or let other
@@ -126,6 +126,7 @@ class Operations(pyfuse3.Operations):
                     await trio.sleep(0)
                 else:
                     await trio.to_thread.run_sync(busy.work)
+                    self.drain()  # what the work changed (a new rendering's size)
         log.warning("%s%r: the session kept changing; answered EAGAIN", fn.__name__, args)
         raise pyfuse3.FUSEError(errno.EAGAIN)
 
@@ -158,7 +159,9 @@ class Operations(pyfuse3.Operations):
         self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.EntryAttributes:
         await self._ready(parent_inode)
-        return self._entry(self.view.lookup(parent_inode, os.fsdecode(name)))
+        child = self.view.resolve(parent_inode, os.fsdecode(name))
+        await self._ready(child, attr_only=True)  # tree.txt's size: rendered off the loop
+        return self._entry(self.editor.attr(child))
 
     @handler
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
@@ -172,7 +175,7 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
-        await self._ready(inode)
+        await self._ready(inode, listing=True)
         fh = next(self._fh)
         self._dirs[fh] = self.view.children(inode)
         return fh
@@ -353,13 +356,14 @@ class Operations(pyfuse3.Operations):
 
     def drain(self) -> None:
         """Queue the kernel invalidations the core asked for (never done inside a handler)."""
-        for item in self.view.invalidations:
+        queue = self.view.invalidations
+        while queue:
+            item = queue.popleft()
             try:
                 self._send.send_nowait(item)
             except trio.WouldBlock:
                 log.warning("invalidation queue full: the kernel may serve stale data briefly")
-                break
-        self.view.invalidations.clear()
+                queue.clear()
 
     async def invalidator(self) -> None:
         """Drops kernel caches the core says changed; runs beside ``pyfuse3.main``.

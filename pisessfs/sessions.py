@@ -18,6 +18,7 @@ It knows nothing of inodes or FUSE.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import errno
 import gc
@@ -129,6 +130,26 @@ class Loaded:
             self._stats.add(e.type, self.parsed(e))
         self._counted = len(entries)
         return self._stats
+
+    def frozen(self) -> Loaded:
+        """A copy of this state that appends do not change, for a whole-session render in
+        another thread (called under the session's lock; the copy is read without it).
+        Entry-derived memos are shared (entries never change); whole-session ones are not."""
+        f = copy.copy(self)
+        f.index = self.index.snapshot()
+        parser = copy.copy(self.parser)
+        parser.entries = list(parser.entries)
+        parser.problems = list(parser.problems)
+        f.parser = parser
+        f._stats = copy.deepcopy(self._stats)
+        f.memo = {k: v for k, v in self.memo.items() if k not in VOLATILE}
+        return f
+
+    def adopt_stats(self, f: Loaded) -> None:
+        """Keep what a frozen copy counted (under the lock), so the next count goes on from
+        there."""
+        if f._counted > self._counted:
+            self._stats, self._counted = f._stats, f._counted
 
     def pread(self, size: int, offset: int) -> bytes:
         ident = self.ident
@@ -378,6 +399,10 @@ class SessionFile:
         fresh.rebuild()
         self.loaded = fresh
         self._fingerprint = None
+        if fresh.size >= INLINE_BYTES:
+            # The collector would walk these millions of objects (none in a cycle) in every
+            # full collection, holding every thread for a tenth of a second: it skips them.
+            gc.freeze()
 
     def _continues_evicted(self, st: os.stat_result, fd: int) -> bool:
         if self._fingerprint is None:

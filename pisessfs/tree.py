@@ -198,6 +198,25 @@ class Index:
             else:
                 self.labels.pop(e.target_id, None)
 
+    def snapshot(self) -> Index:
+        """A copy that appends to this index do not change (for a reader in another thread:
+        whole-session renders read it while the loop goes on appending)."""
+        ix = Index.__new__(Index)
+        ix.by_id = dict(self.by_id)
+        ix.order = list(self.order)
+        ix.parent = dict(self.parent)
+        ix.children = {k: list(v) for k, v in self.children.items()}
+        ix.roots = list(self.roots)
+        ix.num = dict(self.num)
+        ix.anchor = dict(self.anchor)
+        ix.has_numbered_desc = set(self.has_numbered_desc)
+        ix.leaves_by_anchor = {k: dict(v) for k, v in self.leaves_by_anchor.items()}
+        ix.labels = dict(self.labels)
+        ix.resume = self.resume
+        ix.problems = list(self.problems)
+        ix._waiting = set(self._waiting)
+        return ix
+
     # -- appending --------------------------------------------------------------------------
 
     def add(self, e: Entry) -> None:

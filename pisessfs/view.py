@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -142,7 +143,8 @@ class View:
         self.nodes: dict[int, Node] = {}  # scratch inode -> node
         self._serial = 0
         # Kernel caches to drop, drained by the adapter: (inode, None) or (parent, name).
-        self.invalidations: list[tuple[int, str | None]] = []
+        # (a deque: render threads add to it while the loop drains it)
+        self.invalidations: deque[tuple[int, str | None]] = deque()
 
     # -- inodes -----------------------------------------------------------------------------
 
@@ -160,12 +162,22 @@ class View:
 
     # -- sessions ---------------------------------------------------------------------------
 
-    def ready(self, ino: int, attr_only: bool = False) -> None:
+    def ready(
+        self,
+        ino: int,
+        attr_only: bool = False,
+        listing: bool = False,
+        waited: set[tuple[str, str, int]] | None = None,
+    ) -> None:
         """Bring what ``ino`` shows up to date; raises :class:`Busy` (``defer``) when that
         needs blocking work or a pause first. Idempotent: call it again after the work.
 
         ``attr_only``: only the attributes are wanted, which a session folder has without
-        parsing (so ``ls -l`` of a project parses nothing).
+        parsing (so ``ls -l`` of a project parses nothing). ``listing``: the folder's
+        children with their attributes are wanted (a session folder's listing shows the sizes
+        of tree.txt and session.json: they are rendered first). ``waited``: the renderings
+        this request already waited for, kept by the caller across calls (a session that
+        grows meanwhile does not make it wait for another one).
         """
         key = self.key(ino)
         kind = key.kind
@@ -178,10 +190,10 @@ class View:
         s = sf.loaded
         assert s is not None
         if kind in _RENDERED:
-            self._settle(lambda: self._render_step(sf, s, kind))
-        elif kind == "sess":  # a listing shows the sizes of tree.txt and session.json
+            self._settle(lambda: self._render_step(sf, s, kind, attr_only, waited))
+        elif kind == "sess" and listing:
             for k in _RENDERED:
-                self._settle(lambda k=k: self._render_step(sf, s, k))  # type: ignore[misc]
+                self._settle(lambda k=k: self._render_step(sf, s, k, True, waited))  # type: ignore[misc]
 
     def _settle(self, step: Callable[[], Work | None]) -> None:
         while (work := step()) is not None:
@@ -190,18 +202,42 @@ class View:
             if work is not YIELD:
                 work()
 
-    def _render_step(self, sf: SessionFile, s: Loaded, kind: str) -> Work | None:
+    def _render_step(
+        self,
+        sf: SessionFile,
+        s: Loaded,
+        kind: str,
+        any_version: bool = False,
+        waited: set[tuple[str, str, int]] | None = None,
+    ) -> Work | None:
+        """Render tree.txt or session.json of ``s`` unless done already.
+
+        ``any_version``: for a lookup or a listing, which the kernel answers holding the
+        folder's lock (every other name of the session folder waits): an older rendering's
+        size serves; the kernel is told the new size when the next rendering is done.
+        """
         hit = s.memo.get(kind)
-        if hit is not None and hit[0] == s.version:
+        if hit is not None and (
+            any_version or hit[0] == s.version or (s.path, kind, hit[0]) in (waited or ())
+        ):
             return None
         if s.size < INLINE_BYTES:
             self._render(s, kind)  # a small session: cheaper here than a thread hop
             return None
 
         def work() -> None:
-            with sf.lock:  # no append changes the state while it is read whole
-                if sf.loaded is s:
-                    self._render(s, kind)
+            with sf.lock:  # a copy no append changes, made while none runs
+                if sf.loaded is not s:
+                    return
+                frozen = s.frozen()
+            self._render(frozen, kind, into=s)
+            if waited is not None:
+                waited.add((s.path, kind, frozen.version))
+            with sf.lock:
+                s.adopt_stats(frozen)
+            known = self._ino.get(Key(kind, s.path))
+            if known is not None:
+                self.invalidations.append((known, None))  # its size changed
 
         return work
 
@@ -325,15 +361,19 @@ class View:
     # -- lookup and listing -----------------------------------------------------------------
 
     def lookup(self, parent: int, name: str) -> Attr:
+        return self.getattr(self.resolve(parent, name))
+
+    def resolve(self, parent: int, name: str) -> int:
+        """The inode ``name`` stands for in folder ``parent`` (scratch names first)."""
         key = self.key(parent)
         ov = self.overlays.get(key)
         if ov is not None:
             node = ov.names.get(name)
             if node is not None:
-                return self.getattr(node.ino)
+                return node.ino
             if name in ov.whiteouts:
                 raise NotFound(name)
-        return self.getattr(self.ino(self._child(key, name)))
+        return self.ino(self._child(key, name))
 
     def child_key(self, parent: int, name: str) -> Key:
         """The key a name resolves to below the scratch layer (for rename and unlink)."""
@@ -528,15 +568,16 @@ class View:
         data: bytes = hit[1]
         return data
 
-    def _render(self, s: Loaded, kind: str) -> bytes:
-        """Render a whole-session file (blocking in proportion to the session)."""
+    def _render(self, s: Loaded, kind: str, into: Loaded | None = None) -> bytes:
+        """Render a whole-session file of ``s`` (blocking in proportion to the session) and
+        keep it in the memo of ``into`` (the live state ``s`` is a frozen copy of)."""
         version = s.version
         folder_of = lambda eid: self.folder_of(s, eid)  # noqa: E731
         if kind == "tree":
             data = summary.tree_txt(s, folder_of)
         else:
             data = summary.session_json(s, folder_of, set(self.listed(s)))
-        s.memo[kind] = (version, data)
+        (into or s).memo[kind] = (version, data, time.monotonic())
         return data
 
     def snapshot(self, ino: int) -> Snapshot:

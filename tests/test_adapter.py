@@ -54,7 +54,7 @@ def test_unexpected_exception_answers_eio_and_is_logged(
     def boom(*args: object) -> None:  # fault injection
         raise ValueError("boom")
 
-    monkeypatch.setattr(ops.view, "lookup", boom)
+    monkeypatch.setattr(ops.view, "resolve", boom)
     with caplog.at_level(logging.ERROR):
         assert errno_of(lambda: ops.lookup(1, b"s", CTX)) == errno.EIO
     assert "boom" in caplog.text

@@ -43,8 +43,10 @@ def read_all_under(folder: Path) -> bytes:
     for name in ("session.jsonl", "tree.txt", "session.json", "current"):
         p = folder / name
         with contextlib.suppress(OSError):
-            out += p.read_bytes() if p.is_file() else b"".join(
-                f.read_bytes() for f in p.iterdir() if f.is_file()
+            out += (
+                p.read_bytes()
+                if p.is_file()
+                else b"".join(f.read_bytes() for f in p.iterdir() if f.is_file())
             )
     return out
 
@@ -167,9 +169,7 @@ def open_base() -> Iterator[Path]:
     shutil.rmtree(base, ignore_errors=True)
 
 
-def test_another_user_sees_only_what_the_real_files_allow(
-    sessions: Path, open_base: Path
-) -> None:
+def test_another_user_sees_only_what_the_real_files_allow(sessions: Path, open_base: Path) -> None:
     who = other_user()
     root = open_base / "sessions"
     shutil.copytree(sessions, root)
@@ -446,3 +446,40 @@ def test_hostile_ids_and_names_are_unique_and_resolve(sessions: Path) -> None:
             Path(os.fsdecode(os.fsencode(sessions) + b"/--bad\xff--")) / "s\udcfe.jsonl"
         )
     assert "unexpected error" not in m.log_text()
+
+
+# -- 11, 12. problems stay short; Pi's temp files and replaced files -------------------------
+
+
+@pytest.mark.warns
+def test_a_long_cycle_is_reported_in_one_short_line() -> None:
+    from pisessfs.jsonl import Parser
+    from pisessfs.tree import Index
+
+    n = 100_000
+    p = Parser()
+    lines = [damaged.line(damaged.HEADER)]
+    for i in range(n):
+        lines.append(damaged.line(damaged.user(f"{i:08x}", f"{(i + 1) % n:08x}", "c", i % 60)))
+    p.feed(b"".join(lines))
+    cycles = [pr for pr in Index(p.entries).problems if pr.kind == "cycle"]
+    assert len(cycles) == 1
+    assert len(cycles[0].detail) < 300 and f"{n} entries" in cycles[0].detail
+
+
+def test_a_session_replaced_by_a_rename_is_read_again_and_temp_files_are_not_sessions(
+    mount: Mount, sessions: Path
+) -> None:
+    real = session_file(sessions)
+    folder = mount.path / RECIPE
+    assert b"aaaaaaaa" not in (folder / "tree.txt").read_bytes()
+    tmp = real.with_name(real.name + ".tmp")
+    tmp.write_bytes(
+        damaged.line(damaged.HEADER) + damaged.line(damaged.user("aaaaaaaa", None, "new"))
+    )
+    assert tmp.name.removesuffix(".jsonl.tmp") + ".jsonl.tmp" == tmp.name
+    wait_for(lambda: real.name + ".tmp" not in "".join(os.listdir(folder.parent)), what="listing")
+    assert not any(n.endswith(".tmp") for n in os.listdir(folder.parent))
+    os.rename(tmp, real)  # Pi 2.0's way of rewriting a file: a new inode, new ids
+    wait_for(lambda: b"aaaaaaaa" in (folder / "tree.txt").read_bytes(), what="the new file")
+    assert os.readlink(folder / "current").startswith("leaves/aaaaaaaa")
