@@ -153,6 +153,8 @@ class Files:
             with self._parent(path) as (fd, name):
                 return os.stat(name, dir_fd=fd, follow_symlinks=False)
         except OSError as err:
+            if err.errno in (errno.EMFILE, errno.ENFILE):
+                report_once(f"stat {path}", err)
             raise Unreadable(path, err) from None
 
     def open(self, path: str, flags: int = os.O_RDONLY) -> int:

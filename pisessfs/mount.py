@@ -1,17 +1,20 @@
-"""Running a mount: init, the trio loop, signals, and a clean close.
+"""Running a mount: init, the watchdog, the trio loop, signals, and a clean close.
 
 This module owns the lifecycle of one mount (pyfuse3 allows one per process): it builds the
-store, view and adapter, mounts with ``auto_unmount`` so a killed daemon leaves no dead
-mountpoint, turns SIGINT/SIGTERM into ``pyfuse3.terminate()`` and always closes. Argument
-parsing and logging setup belong to ``cli``.
+store, view and adapter, mounts with ``auto_unmount`` and starts the ``watchdog`` process, the
+two of which see that a killed daemon leaves no dead mountpoint, turns SIGINT/SIGTERM into
+``pyfuse3.terminate()`` and always closes. A failed mount raises ``MountError`` with libfuse's
+own reason. Argument parsing, the checks before mounting and logging setup belong to ``cli``.
 """
 
 from __future__ import annotations
 
 import faulthandler
-import functools
 import logging
+import os
 import signal
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
@@ -19,9 +22,11 @@ import pyfuse3
 import trio
 
 from .fuse_ops import Operations
-from .sessions import Store, Unreadable
+from .sessions import Store
 from .view import View
 from .watch import Watcher
+from .watchdog import Guard
+from .watchdog import start as start_watchdog
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +40,11 @@ class MountOptions:
     debug_fuse: bool = False
     cache_mb: int = 1024
     max_message_bytes: int = 8 << 20
+    log_file: str | None = None  # where the watchdog logs; None: the inherited stderr
+
+
+class MountError(Exception):
+    """Mounting failed; the message says why in one line (libfuse's words when it gave any)."""
 
 
 def fuse_options(opts: MountOptions) -> set[str]:
@@ -49,8 +59,10 @@ def fuse_options(opts: MountOptions) -> set[str]:
     return options
 
 
-def run(opts: MountOptions) -> None:
-    """Mount and serve until unmounted or signalled; raises RuntimeError if mounting fails."""
+def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
+    """Mount and serve until unmounted or signalled; ``ready`` is called once the mount is up.
+
+    Raises MountError if mounting fails."""
     store = Store(opts.sessions, cache_bytes=opts.cache_mb << 20)
     view = View(store)
     ops = Operations(view, read_only=opts.read_only, cap=opts.max_message_bytes)
@@ -59,17 +71,55 @@ def run(opts: MountOptions) -> None:
     # leave the mount behind (s3ql's lesson).
     blocked = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
-    pyfuse3.init(ops, opts.mountpoint, fuse_options(opts))
+    _init(ops, opts)
     log.info("mounted %s on %s", store.root, opts.mountpoint)
     faulthandler.register(signal.SIGUSR1)  # dump stacks of a stuck mount: kill -USR1 <pid>
     clean = False
+    guard: Guard | None = None
     try:
+        guard = _watchdog(opts)
+        if ready is not None:
+            ready()
         trio.run(_serve, ops, watcher, blocked)
         clean = True
     finally:
         pyfuse3.close(unmount=clean)
         watcher.close()
+        if guard is not None:
+            guard.release()  # it sees the mount gone (or detaches what close left) and exits
         log.info("unmounted %s", opts.mountpoint)
+
+
+def _init(ops: Operations, opts: MountOptions) -> None:
+    """``pyfuse3.init``, keeping what libfuse and fusermount3 print to make MountError's
+    message (on success it is passed on to stderr unchanged)."""
+    saved = os.dup(2)
+    failure: RuntimeError | None = None
+    with tempfile.TemporaryFile() as said:
+        os.dup2(said.fileno(), 2)
+        try:
+            pyfuse3.init(ops, opts.mountpoint, fuse_options(opts))
+        except RuntimeError as err:
+            failure = err
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        said.seek(0)
+        text = said.read()
+    if failure is None:
+        if text:
+            os.write(2, text)
+        return
+    lines = [ln.strip() for ln in text.decode(errors="replace").splitlines() if ln.strip()]
+    raise MountError("; ".join(lines) or str(failure))
+
+
+def _watchdog(opts: MountOptions) -> Guard | None:
+    try:
+        return start_watchdog(opts.mountpoint, opts.log_file)
+    except (OSError, LookupError) as err:
+        log.warning("no watchdog (auto_unmount alone guards the mount): %s", err)
+        return None
 
 
 async def _serve(ops: Operations, watcher: Watcher, blocked: set[signal.Signals]) -> None:
@@ -88,17 +138,12 @@ async def _serve(ops: Operations, watcher: Watcher, blocked: set[signal.Signals]
 
 
 async def _watch(watcher: Watcher, ops: Operations) -> None:
-    """The live view: apply what inotify reports, reading big files off the loop."""
+    """The live view: what inotify reports drops the kernel's caches of what changed; the
+    requests that follow read the sessions again (in steps, big work off the loop)."""
     while True:
         await trio.lowlevel.wait_readable(watcher.fd)
         try:
-            for sf in watcher.handle(watcher.read()):
-                try:
-                    await trio.to_thread.run_sync(functools.partial(sf.load, whole_only=True))
-                    sf.load()  # anything appended since: here, on the loop's thread
-                except Unreadable as err:
-                    log.warning("cannot read %s: %s", sf.path, err)
-                ops.view.changed_session(sf.path)
+            watcher.handle(watcher.read())
         except Exception:
             log.exception("the live view failed on an event; it goes on with the next")
         ops.drain()

@@ -1,13 +1,10 @@
 """Noticing what changes in the sessions folder while the mount is up (the live view).
 
 This module owns the mapping from inotify events to the view: watches on the sessions root
-and its project folders (a folder watch reports its files growing, appearing and going),
-sessions read again when their file changed (only the appended bytes, or whole when it was
-replaced or rewritten), and the kernel caches that must be dropped as a result. Sessions
-nobody has entered are not parsed: only their folder's attributes are refreshed.
-
-It never blocks on a big parse: :meth:`Watcher.handle` returns the sessions that need a
-whole read, and the caller runs those off the event loop.
+and its project folders (a folder watch reports its files growing, appearing and going), and
+the kernel caches that must be dropped when a session file changed, came or went. It reads
+nothing: the requests the kernel then sends bring the sessions up to date (only the appended
+bytes, or whole when a file was replaced or rewritten), in steps and off the loop when big.
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ from .inotify import (
     Event,
     Inotify,
 )
-from .sessions import SessionFile, Store, project_name
+from .sessions import Store, project_name
 from .view import ROOT_INO, Key, View
 
 log = logging.getLogger(__name__)
@@ -66,8 +63,8 @@ class Watcher:
     def read(self) -> list[Event]:
         return self.inotify.read()
 
-    def handle(self, events: list[Event]) -> list[SessionFile]:
-        """Apply ``events``; returns the sessions that must be read whole (off the loop)."""
+    def handle(self, events: list[Event]) -> None:
+        """Apply ``events``: queue the kernel invalidations they call for."""
         changed: dict[str, None] = {}  # session files whose bytes changed, in order, once
         for ev in events:
             if ev.mask & IN_Q_OVERFLOW:
@@ -82,7 +79,8 @@ class Watcher:
                     self.folders.pop(ev.wd, None)
                 continue
             self._event(folder, ev, changed)
-        return [sf for path in changed if (sf := self._refresh(path)) is not None]
+        for path in changed:
+            self.view.changed_session(path)
 
     def _event(self, folder: str, ev: Event, changed: dict[str, None]) -> None:
         path = os.path.join(folder, ev.name)
@@ -117,12 +115,6 @@ class Watcher:
         if ino is not None:
             self.view.changed_inode(ino)
             self.view.changed_entry(ino, stem)
-
-    def _refresh(self, path: str) -> SessionFile | None:
-        """A session file changed: the kernel asks again, and the request that asks brings
-        the session up to date (in steps, off the loop when big). Nothing is read here."""
-        self.view.changed_session(path)
-        return None
 
     def _everything_changed(self, changed: dict[str, None]) -> None:
         self.view.changed_inode(ROOT_INO)
