@@ -185,8 +185,8 @@ class Files:
         a silent half-listing).
         """
         try:
-            if folder == self.root:
-                fd = os.dup(self.fd)
+            if folder == self.root:  # a descriptor of its own: a dup would share the offset
+                fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self.fd)
             else:
                 with self._parent(folder) as (dfd, name):
                     fd = os.open(

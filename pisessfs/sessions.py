@@ -289,6 +289,7 @@ class SessionFile:
         self.epoch = 0
         self._fingerprint: tuple[Identity, int] | None = None  # kept across eviction
         self.lock = threading.Lock()  # held while the state changes or is read whole
+        self.recheck = False  # the file's owner or mode may have changed: stat it again
 
     def stat(self) -> os.stat_result:
         st = self.store.files.lstat(self.path)
@@ -308,6 +309,7 @@ class SessionFile:
             self.lock.release()
 
     def _step(self) -> Work | None:
+        self.recheck = False
         ident = Identity.of(self.stat())
         cur = self.loaded
         if cur is not None and cur.ident == ident:

@@ -175,16 +175,17 @@ class View:
         ``attr_only``: only the attributes are wanted, which a session folder has without
         parsing (so ``ls -l`` of a project parses nothing). ``listing``: the folder's
         children with their attributes are wanted (a session folder's listing shows the sizes
-        of tree.txt and session.json: they are rendered first). ``waited``: the renderings
-        this request already waited for, kept by the caller across calls (a session that
-        grows meanwhile does not make it wait for another one).
+        of tree.txt and session.json: rendered first unless a rendering exists). ``waited``:
+        the renderings this request already waited for, kept by the caller across calls (a
+        session that grows meanwhile does not make it wait for another one).
         """
         key = self.key(ino)
         kind = key.kind
         if kind in ("root", "proj", "scratch") or (attr_only and kind == "sess"):
             return
         sf = self.store.session(key.path)
-        if kind in _IMMUTABLE and sf.loaded is not None and sf.loaded.epoch == key.epoch:
+        s = sf.loaded
+        if kind in _IMMUTABLE and s is not None and s.epoch == key.epoch and not sf.recheck:
             return  # what an entry shows never changes: the hot path of grep -r and ls -lR
         self._settle(sf.step)
         s = sf.loaded
@@ -484,9 +485,10 @@ class View:
             mode = 0o666 if e.kind == "user" and key.k == 0 else 0o444
             size = len(self.content(ino))
             return self._bounded(ino, stat.S_IFREG | mode, ident, size, _ns(e), 1, True)
-        if kind == "current":
-            a = Attr(ino, stat.S_IFLNK | 0o777, len(self.readlink(ino)), ident.mtime_ns, 1, False)
-            return Attr(a.ino, a.mode, a.size, a.mtime_ns, 1, False, False, ident.uid, ident.gid)
+        if kind == "current":  # a link's own bits mean nothing; its folder's do
+            size = len(self.readlink(ino))
+            mode = stat.S_IFLNK | 0o777
+            return Attr(ino, mode, size, ident.mtime_ns, 1, False, False, ident.uid, ident.gid)
         size = s.size if kind == "jsonl" else len(self.content(ino))
         return self._bounded(ino, stat.S_IFREG | 0o444, ident, size, ident.mtime_ns, 1)
 
@@ -673,6 +675,9 @@ class View:
     def changed_everything_of(self, path: str) -> None:
         """The session file's owner or mode changed: every node of it shows other bits.
         A scan of every inode: chmod and chown are rare."""
+        sf = self.store.known(path)
+        if sf is not None:
+            sf.recheck = True  # entry nodes look at the file again, once
         for key, n in self._ino.items():
             if key.path == path:
                 self.invalidations.append((n, None))

@@ -202,6 +202,11 @@ def test_another_user_sees_only_what_the_real_files_allow(sessions: Path, open_b
         assert ok.returncode == 0 and ok.stdout == public.read_bytes()
         # the owner of the private file reads it as before
         assert (secret_dir / "session.jsonl").read_bytes() == private.read_bytes()
+        # a chmod takes effect at once, also on message files the kernel caches for long
+        msg = next((m.path / shown / "current").glob("*-user.md"))
+        assert as_other(who, "cat", str(msg)).returncode == 0
+        os.chmod(public, 0o600)
+        wait_for(lambda: as_other(who, "cat", str(msg)).returncode != 0, what="the chmod")
 
 
 def test_folders_above_the_root_bound_what_others_see(sessions: Path, tmp_path: Path) -> None:
