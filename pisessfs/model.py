@@ -8,7 +8,7 @@ computed once and cached forever.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 #: Entry types that take a number (a file) in a leaf or node folder. Everything else shows
@@ -94,15 +94,62 @@ class Entry:
         return f"Entry({self.id!r}, parent={self.parent_id!r}, {self.type}, line {self.line})"
 
 
+#: The range of a JavaScript Date (ms from the epoch): beyond it Pi's times are invalid.
+JS_MAX_MS = 8_640_000_000_000_000
+_DAY_MS = 86_400_000
+
+
+def _civil(days: int) -> tuple[int, int, int]:
+    """Days since 1970-01-01 -> (year, month, day), proleptic Gregorian, any year."""
+    z = days + 719_468
+    era = z // 146_097
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (month <= 2), month, day
+
+
 def iso_ms(ms: int) -> str:
-    """Unix ms as the ISO string Pi writes (``2026-11-29T10:00:00.000Z``)."""
-    stamp = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
-    return stamp.replace("+00:00", "Z")
+    """Unix ms as the ISO string Pi writes (``2026-11-29T10:00:00.000Z``), as JavaScript's
+    ``toISOString`` does for any valid time (years past 9999 as ``+010000``).
+
+    Raises ValueError outside the range of a JavaScript Date (``RangeError`` there).
+    """
+    ms = int(ms)
+    if abs(ms) > JS_MAX_MS:
+        raise ValueError(f"{ms} ms is outside the range of a JavaScript Date")
+    days, rest = divmod(ms, _DAY_MS)
+    year, month, day = _civil(days)
+    secs, milli = divmod(rest, 1000)
+    clock = f"{secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}.{milli:03d}Z"
+    shown = f"{year:04d}" if 0 <= year <= 9999 else f"{'+' if year > 0 else '-'}{abs(year):06d}"
+    return f"{shown}-{month:02d}-{day:02d}T{clock}"
+
+
+def ms_value(value: object) -> float | None:
+    """A JSON number that is a valid JavaScript time in ms, else None (bools, NaN, ±inf,
+    numbers past the Date range: Pi gets an Invalid Date from them)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        ms = float(value)
+    except OverflowError:  # an integer past any float
+        return None
+    return ms if abs(ms) <= JS_MAX_MS else None  # False for NaN too
+
+
+def iso_or_none(value: object) -> str | None:
+    """The ISO string of a time in ms, None when the value is no valid time."""
+    ms = ms_value(value)
+    return None if ms is None else iso_ms(int(ms))
 
 
 def parse_ts_ms(value: object) -> int | None:
     """An ISO timestamp as Unix milliseconds, or None when it is not one."""
-    if not isinstance(value, str):
+    if not isinstance(value, str) or len(value) > 64:
         return None
     try:
         return int(datetime.fromisoformat(value).timestamp() * 1000)
@@ -126,3 +173,17 @@ class Header:
     def session_id(self) -> str:
         v = self.fields.get("id")
         return v if isinstance(v, str) else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Harness:
+    """The first line of Pi's newer "harness" storage (``{"kind":"header","version":4,…}``
+    or ``{"v":4,"kind":"header","storageVersion":1,…}``): not a v3 session. Such a file is
+    shown read-only (its ``entry`` lines as entries) and never appended to."""
+
+    fields: dict[str, Any]
+    line: int
+
+    @property
+    def version(self) -> object:
+        return self.fields.get("version", self.fields.get("v"))

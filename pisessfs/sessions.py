@@ -118,7 +118,8 @@ class Loaded:
         out = [*self.parser.problems, *self.index.problems]
         if self.parser.tail_problem:
             out.append(self.parser.tail_problem)
-        if self.parser.header is None and not any(p.kind in ("no-header", "bom") for p in out):
+        said = ("no-header", "bom", "harness-storage")
+        if self.parser.header is None and not any(p.kind in said for p in out):
             out.append(Problem(0, "no-header", "no session header: Pi does not load this file"))
         return sorted(out, key=lambda p: p.line)
 
@@ -238,8 +239,17 @@ class Loaded:
         except NeedsRebuild:
             return False
         self.consumed = len(self.parser.entries)
+        self._lane()
         self._warn()
         return True
+
+    def _lane(self) -> None:
+        """Pi's harness storage resumes at its ``main`` lane, not at its last line."""
+        if self.parser.harness is None:
+            return
+        main = self.parser.harness_info.get("lanes", {}).get("main")
+        if isinstance(main, str) and main in self.index.by_id:
+            self.index.resume = main
 
     def _swap(self, held: Entry, done: Entry) -> None:
         """The provisional last line the index holds is now a whole line: the same entry."""
@@ -256,6 +266,7 @@ class Loaded:
         self.consumed = len(self.parser.entries)
         self.version += 1
         self.memo.clear()
+        self._lane()
         self._warn()
 
     def _warn(self) -> None:

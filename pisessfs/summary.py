@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from . import render
-from .model import iso_ms
+from .jsonl import Parser
+from .model import iso_or_none
 from .sessions import Loaded
 
 FolderOf = Callable[[str], str]  # entry id -> "leaves/<name>" or "nodes/<id>"
@@ -28,9 +27,10 @@ def previews(s: Loaded) -> dict[str, str]:
         if not d:
             continue
         msg = render.message_of(d)
-        for b in msg.get("content") or [] if msg.get("role") == "assistant" else []:
-            if isinstance(b, dict) and b.get("type") == "toolCall" and isinstance(b.get("id"), str):
-                calls[b["id"]] = b
+        if msg.get("role") == "assistant":
+            for b in render.blocks(msg.get("content")):
+                if b.get("type") == "toolCall" and isinstance(b.get("id"), str):
+                    calls[b["id"]] = b
         if winners.get(e.id) is e:
             call_id = msg.get("toolCallId") if msg.get("role") == "toolResult" else None
             call = calls.get(call_id) if isinstance(call_id, str) else None
@@ -66,7 +66,7 @@ def tree_txt(s: Loaded, folder_of: FolderOf) -> bytes:
     if problems:
         body += ["", f"# problems ({len(problems)})"]
         body += [f"line {p.line}: {p.kind}: {p.detail}" for p in problems]
-    return ("\n".join(body) + "\n").encode()
+    return render.encode("\n".join(body) + "\n")  # ids and paths may hold lone surrogates
 
 
 def _branch(eid: str, prefix: str, last: bool) -> tuple[str, str, str]:
@@ -89,20 +89,22 @@ def session_json(s: Loaded, folder_of: FolderOf, listed: set[str]) -> bytes:
     """Header fields and derived facts, as pretty JSON."""
     ix = s.index
     p = s.parser
-    header = p.header.fields if p.header else None
+    header = p.header.fields if p.header else p.harness.fields if p.harness else None
     stats = s.stats()
-    created = header.get("timestamp") if header else None
+    stamp = header.get("createdAt" if p.harness else "timestamp") if header else None
+    created = stamp if isinstance(stamp, str) else iso_or_none(stamp)
     last = stats.last_activity_ms
-    modified = iso_ms(last) if last is not None else created
+    modified = iso_or_none(last) if last else None  # Pi: only a time after 1970 counts
     doc: dict[str, Any] = {
         "file": s.path,
         "id": header.get("id") if header else None,
         "version": p.header.version if p.header else None,
+        "storage": _storage(p),
         "cwd": header.get("cwd") if header else None,
-        "name": stats.name,
+        "name": stats.name if p.harness is None else p.harness_info.get("name"),
         "parentSession": header.get("parentSession") if header else None,
         "created": created,
-        "modified": modified,
+        "modified": modified or created,
         "header": header,
         "counts": {
             "lines": p.lines + (1 if p.tail_problem else 0),
@@ -123,7 +125,20 @@ def session_json(s: Loaded, folder_of: FolderOf, listed: set[str]) -> bytes:
             }
             for leaf in ix.all_leaves()
         ],
-        "labels": ix.labels,
+        "labels": ix.labels if p.harness is None else p.harness_info.get("labels", {}),
         "problems": [pr.as_dict() for pr in s.problems()],
     }
-    return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+    return render.dumps(doc) + b"\n"  # any value of the file, lone surrogates included
+
+
+def _storage(p: Parser) -> dict[str, Any]:
+    """Which format the file is in: a Pi session, or Pi's harness storage (read-only)."""
+    if p.harness is None:
+        return {"kind": "pi session"}
+    info = p.harness_info
+    return {
+        "kind": "pi harness storage",
+        "version": p.harness.version,
+        "lanes": info.get("lanes", {}),
+        "lines": info.get("lines", {}),
+    }

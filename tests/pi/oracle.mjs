@@ -4,6 +4,10 @@
 //   node tests/pi/oracle.mjs FILE
 //       Prints one JSON object: {leafId, name, header, entries, leaves, branches, userTexts,
 //       labels, tree}, or {"error": "..."} when Pi cannot open FILE (exit status 0 either way).
+//   node tests/pi/oracle.mjs --batch LISTFILE
+//       For each path in LISTFILE (one a line), what Pi's index holds (see indexView): one JSON
+//       array, one file per line, {"error": "..."} for a file Pi cannot open. One node process
+//       for hundreds of files (the fuzz test).
 //   node tests/pi/oracle.mjs --append FILE PARENT_ID TEXT [COUNT]
 //       Like Pi would: branch(PARENT_ID), then COUNT (default 1) user messages, each a child of
 //       the previous. Prints the new ids as a JSON list.
@@ -16,6 +20,7 @@
 // `hangs`, or {"error": "pi-hangs: ..."} when getTree() itself would loop.
 
 // The package's top-level entry needs Node 22; this module works under Node 20.
+import { readFileSync } from "node:fs";
 import { SessionManager } from "../../node_modules/@earendil-works/pi-coding-agent/dist/core/session-manager.js";
 
 function userText(content) {
@@ -46,12 +51,13 @@ function treeLoops(entries) {
 			const top = stack[stack.length - 1];
 			const [id, i] = top;
 			if (i === 0) state.set(id, 1);
-			const next = (kids.get(id) ?? [])[i];
-			if (next === undefined) {
+			const list = kids.get(id) ?? [];
+			if (i >= list.length) {
 				state.set(id, 2);
 				stack.pop();
 				continue;
 			}
+			const next = list[i]; // may be undefined: an entry without id is a node too
 			top[1]++;
 			if (state.get(next) === 1) return next;
 			if (state.get(next) !== 2) stack.push([next, 0]);
@@ -68,6 +74,16 @@ function branchLoops(sm, id) {
 		seen.add(e.id);
 	}
 	return false;
+}
+
+// getSessionName() throws on a session_info whose name is no string (name.trim is not a
+// function): say so, and describe the rest of the file.
+function sessionName(sm) {
+	try {
+		return sm.getSessionName() ?? null;
+	} catch (err) {
+		return { error: String(err?.message ?? err) };
+	}
 }
 
 function describe(file) {
@@ -111,7 +127,7 @@ function describe(file) {
 
 	return {
 		leafId: sm.getLeafId(),
-		name: sm.getSessionName() ?? null,
+		name: sessionName(sm),
 		header: sm.getHeader(),
 		entries: entries.map((e) => ({
 			id: e.id ?? null,
@@ -127,6 +143,89 @@ function describe(file) {
 		labels,
 		tree,
 	};
+}
+
+// An id as Pi's maps key it: a non-empty string, or anything else (undefined for an array, a
+// number, an object without id). Files with such keys are compared more loosely.
+const goodId = (id) => typeof id === "string" && id !== "";
+// Ids as printed: a non-string id (a number, an object nested 3000 deep) only as its type.
+const shown = (id) => (typeof id === "string" ? id : id === null ? null : { notString: typeof id });
+const isConversation = (e) =>
+	["message", "custom_message", "compaction", "branch_summary"].includes(e?.type);
+
+// What getEntry/getBranch/getLeafId see (the byId index, a later duplicate winning), with the
+// guard Pi lacks: `loops` lists every id whose ancestry walk would not end.
+function indexView(file) {
+	const sm = SessionManager.open(file);
+	const entries = sm.getEntries();
+	const winners = [...new Map(entries.map((e) => [e?.id, e])).values()];
+	const state = new Map(); // id -> true: the walk loops, false: it ends
+	for (const start of winners) {
+		const walk = [];
+		const onWalk = new Set();
+		let verdict = false;
+		for (let e = start; e; e = e.parentId ? sm.getEntry(e.parentId) : undefined) {
+			if (state.has(e.id)) {
+				verdict = state.get(e.id);
+				break;
+			}
+			if (onWalk.has(e.id)) {
+				verdict = true;
+				break;
+			}
+			onWalk.add(e.id);
+			walk.push(e.id);
+		}
+		for (const id of walk) state.set(id, verdict);
+	}
+	const parents = new Set(winners.filter((e) => e.parentId !== e.id).map((e) => e.parentId));
+	const loops = winners.filter((e) => state.get(e.id)).map((e) => shown(e.id));
+	const branches = {};
+	if (winners.length <= 2000 && winners.every((e) => goodId(e?.id))) {
+		for (const e of winners) {
+			if (!state.get(e.id)) branches[e.id] = sm.getBranch(e.id).map((x) => x.id);
+		}
+	}
+	const loop = treeLoops(entries);
+	let treeLeaves = null;
+	if (loop === null) {
+		const leafSet = new Set();
+		const stack = [...sm.getTree()];
+		while (stack.length) {
+			const node = stack.pop();
+			if (node.children.length === 0) leafSet.add(node.entry.id);
+			stack.push(...node.children);
+		}
+		treeLeaves = [...leafSet].map(shown);
+	}
+	const leafId = sm.getLeafId();
+	return {
+		leafId: shown(leafId),
+		entries: entries.map((e) => ({
+			id: shown(e?.id),
+			good: e !== null && typeof e === "object" && goodId(e.id), // v1 arrays get ids too
+			type: typeof e?.type === "string" ? e.type : null,
+			conversation: isConversation(e),
+		})),
+		indexLeaves: winners.filter((e) => !parents.has(e.id)).map((e) => shown(e.id)),
+		loops,
+		branches,
+		treeLeaves,
+		...(loop === null ? {} : { treeLoops: shown(loop) }),
+	};
+}
+
+function batch(listFile) {
+	const files = readFileSync(listFile, "utf8").split("\n").filter((f) => f);
+	const out = [];
+	for (const file of files) {
+		try {
+			out.push(JSON.stringify(indexView(file)));
+		} catch (err) {
+			out.push(JSON.stringify({ error: String(err?.message ?? err) }));
+		}
+	}
+	return out;
 }
 
 function append(file, parentId, text, count = 1) {
@@ -146,10 +245,14 @@ function append(file, parentId, text, count = 1) {
 }
 
 const args = process.argv.slice(2);
-const usage = "usage: oracle.mjs FILE | oracle.mjs --append FILE PARENT_ID TEXT [COUNT]";
+const usage =
+	"usage: oracle.mjs FILE | oracle.mjs --batch LISTFILE | oracle.mjs --append FILE PARENT_ID TEXT [COUNT]";
 let result;
 try {
-	if (args[0] === "--append") {
+	if (args[0] === "--batch") {
+		if (args.length !== 2) throw new Error(usage);
+		result = batch(args[1]);
+	} else if (args[0] === "--append") {
 		if (args.length < 4 || args.length > 5) throw new Error(usage);
 		result = append(args[1], args[2], args[3], args[4] === undefined ? 1 : Number(args[4]));
 	} else {
@@ -161,4 +264,8 @@ try {
 	if (result.error === usage) process.exitCode = 2;
 }
 // No process.exit(): let a large write to a pipe drain.
-process.stdout.write(`${JSON.stringify(result)}\n`);
+if (args[0] === "--batch" && Array.isArray(result)) {
+	process.stdout.write(`[\n${result.join(",\n")}\n]\n`); // one JSON document, a file a line
+} else {
+	process.stdout.write(`${JSON.stringify(result)}\n`);
+}
