@@ -1,26 +1,34 @@
-"""Command line: ``pisessfs mount``, ``pisessfs umount``, ``pisessfs demo``.
+"""Command line: ``pisessfs mount``, ``umount``, ``demo``, ``status``, ``install-unit``, and
+``pisessfs SESSIONS MOUNTPOINT -o OPTIONS``, the shape in which mount(8) runs it through
+mount.fuse3 for an /etc/fstab line of type ``fuse.pisessfs``.
 
 This module owns argument parsing, logging setup (the only place that configures logging), the
-checks before mounting, daemonizing, and the user-facing error messages. The mount itself is
-``mount.run``; what a mountpoint is and holds is ``mountpoint``.
+checks before mounting, daemonizing, telling systemd the mount is up (``sd_notify``, by hand),
+the systemd unit, and the user-facing messages. The mount itself is ``mount.run``; what a
+mountpoint is and holds is ``mountpoint``; what ``status`` shows is ``status``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
+import json
 import logging
 import logging.handlers
 import os
+import pwd
 import select
 import shutil
+import socket
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from . import __version__, mountpoint
+from . import __version__, mountpoint, status
 
 log = logging.getLogger("pisessfs")
 
@@ -28,8 +36,20 @@ EXAMPLES = "examples/sessions"
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_BYTES = 8 << 20  # a log file is rotated past this size ...
 LOG_BACKUPS = 2  # ... and keeps this many old ones: at most 24 MiB per mountpoint
-MOUNT_OPTIONS = {"ro", "rw", "nonempty"}
-FSTYPE = "fuse.pisessfs"  # what mountinfo says of our mounts (subtype=pisessfs)
+FSTYPE = status.FSTYPE  # what mountinfo says of our mounts (subtype=pisessfs)
+COMMANDS = ("mount", "umount", "demo", "status", "install-unit")
+UNIT = "pisessfs@.service"
+# -o options: what they set, the kernel flags passed on, and those with nothing to do here
+# (mount(8) and mount.fuse3 pass some on: rw, nosuid, nodev, noexec with "user", dev, suid).
+OPTION_FLAGS = {"ro", "nonempty", "allow_other", "debug"}
+OPTION_VALUES = {"log", "cache_mb", "max_message_mb"}
+KERNEL_FLAGS = {"nosuid", "nodev", "noexec"}
+IGNORED = {
+    *("rw", "suid", "dev", "exec", "defaults", "auto", "noauto", "user", "users", "nouser"),
+    *("owner", "group", "_netdev", "nofail", "async", "sync", "dirsync", "atime", "noatime"),
+    *("relatime", "norelatime", "strictatime", "nodiratime", "lazytime", "silent", "loud"),
+}
+IGNORED_PREFIXES = ("x-", "user=", "comment=")
 
 
 def default_sessions() -> Path:
@@ -41,19 +61,72 @@ def default_sessions() -> Path:
 
 def default_log(mnt: str) -> Path:
     """``$XDG_STATE_HOME/pisessfs/<mountpoint with / as ->.log``, else under ~/.local/state."""
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    name = mnt.strip("/").replace("/", "-") or "root"
-    return Path(state) / "pisessfs" / f"{name}.log"
+    return status.state_home() / "pisessfs" / f"{status.slug(mnt)}.log"
+
+
+@dataclass
+class Options:
+    """What ``-o`` asked for (comma-separated, as mount(8) writes them; repeatable)."""
+
+    ro: bool = False
+    nonempty: bool = False
+    allow_other: bool = False
+    debug: bool = False
+    kernel: set[str] = field(default_factory=set)
+    log: str | None = None
+    cache_mb: int | None = None
+    max_message_mb: float | None = None
+
+
+def parse_options(values: list[str]) -> Options:
+    """``-o`` values as ``Options``; raises ValueError with the one line to show."""
+    out = Options()
+    unknown = []
+    for raw in (o.strip() for value in values for o in value.split(",")):
+        key, eq, value = raw.partition("=")
+        key = key.replace("-", "_")
+        if not raw or raw in IGNORED or raw.startswith(IGNORED_PREFIXES):
+            continue
+        if key in KERNEL_FLAGS and not eq:
+            out.kernel.add(key)
+        elif key in OPTION_FLAGS and not eq:
+            setattr(out, key, True)
+        elif key in OPTION_VALUES and eq:
+            if not value:
+                raise ValueError(f"mount option {key}= needs a value")
+            if key == "log":
+                out.log = value
+                continue
+            try:
+                number = float(value) if key == "max_message_mb" else int(value)
+            except ValueError:
+                raise ValueError(f"mount option {raw}: not a number") from None
+            setattr(out, key, number)
+        else:
+            unknown.append(raw)
+    if unknown:
+        raise ValueError(
+            f"unknown mount option(s): {', '.join(unknown)} (pisessfs takes ro, nonempty, "
+            "allow_other, debug, log=FILE, cache_mb=N, max_message_mb=N, and mount's own)"
+        )
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pisessfs",
         description="Mount Pi coding-agent sessions as folders of Markdown message files.",
+        epilog="For an /etc/fstab line of type fuse.pisessfs, mount(8) runs "
+        "`pisessfs SESSIONS MOUNTPOINT -o OPTIONS` (through mount.fuse3).",
     )
     p.add_argument("--version", action="version", version=f"pisessfs {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    m = sub.add_parser("mount", help="mount a sessions folder")
+    m = sub.add_parser(
+        "mount",
+        help="mount a sessions folder",
+        epilog="mount(8) runs it as `pisessfs SESSIONS MOUNTPOINT -o OPTIONS` for an /etc/fstab "
+        "line of type fuse.pisessfs (see the README, 'Mount it every day').",
+    )
     m.add_argument("mountpoint", help="an empty folder to mount on")
     m.add_argument("--sessions", metavar="DIR", help="sessions folder (default: as Pi finds it)")
     _common(m)
@@ -70,6 +143,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="where to mount (default: ~/pisessfs-demo)",
     )
     _common(d)
+    s = sub.add_parser(
+        "status", help="this user's mounts: sessions folder, pid, uptime, log, memory"
+    )
+    s.add_argument("--json", action="store_true", help="one JSON list, for scripts")
+    i = sub.add_parser(
+        "install-unit",
+        help=f"write the systemd user unit {UNIT} (start a mount at login)",
+        description=f"Write ~/.config/systemd/user/{UNIT}, a template whose instance is the "
+        "escaped mountpoint: systemctl --user enable --now "
+        "pisessfs@$(systemd-escape --path ~/pi).service",
+    )
+    i.add_argument("--sessions", metavar="DIR", help="sessions folder (default: as Pi finds it)")
+    i.add_argument(
+        "-o",
+        dest="options",
+        action="append",
+        default=[],
+        metavar="OPT",
+        help="mount options for the unit's mounts, as for `pisessfs mount -o`",
+    )
+    i.add_argument("--allow-other", action="store_true", help="let other users see the mounts")
+    i.add_argument("--print", action="store_true", help="print the unit instead of writing it")
     return p
 
 
@@ -81,7 +176,9 @@ def _common(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="OPT",
-        help="mount options: 'ro' read-only, 'nonempty' mount over a folder that is not empty",
+        help="mount options, comma-separated: 'ro' read-only, 'nonempty' mount over a folder "
+        "that is not empty, allow_other, debug, log=FILE, cache_mb=N, max_message_mb=N "
+        "(mount's own, such as rw, nosuid, noauto, user, are accepted)",
     )
     p.add_argument("--allow-other", action="store_true", help="let other users see the mount")
     p.add_argument("--debug", action="store_true", help="log every request")
@@ -89,14 +186,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cache-mb",
         type=int,
-        default=1024,
         metavar="N",
         help="parsed sessions kept in memory, in MiB of session files (default 1024)",
     )
     p.add_argument(
         "--max-message-mb",
         type=float,
-        default=8,
         metavar="N",
         help="largest message a save may append, in MiB (default 8)",
     )
@@ -109,23 +204,69 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] not in COMMANDS and not argv[0].startswith("-") and os.sep in argv[0]:
+        return mount(_helper_args(argv))  # mount(8) through mount.fuse3: SESSIONS MNT -o ...
     args = build_parser().parse_args(argv)
     if args.command == "umount":
         return umount(args.mountpoint, lazy=args.lazy)
+    if args.command == "status":
+        return show_status(as_json=args.json)
+    if args.command == "install-unit":
+        return install_unit(args)
     return mount(args)
 
 
-def mount(args: argparse.Namespace) -> int:
-    from .mount import MountError, MountOptions, run  # pyfuse3 is imported only when mounting
+def _helper_args(argv: list[str]) -> argparse.Namespace:
+    """``pisessfs SESSIONS MOUNTPOINT [-o OPTIONS]``: what mount.fuse3 runs for ``mount -t
+    fuse.pisessfs SESSIONS MOUNTPOINT`` (it drops noauto, user, _netdev and such, and adds
+    dev,suid or mount's nosuid,nodev,noexec). It mounts in the background and says nothing
+    unless it fails, as mount(8) expects. mount(8) clears $HOME and mount.fuse3 sets it to
+    /root, so HOME is taken from the password database."""
+    p = argparse.ArgumentParser(
+        prog="pisessfs",
+        usage="pisessfs SESSIONS MOUNTPOINT [-o OPTIONS]",
+        description="The shape mount(8) runs for an /etc/fstab line of type fuse.pisessfs: "
+        "mount SESSIONS on MOUNTPOINT in the background.",
+    )
+    p.add_argument("sessions")
+    p.add_argument("mountpoint")
+    p.add_argument("-o", dest="options", action="append", default=[], metavar="OPTIONS")
+    args = p.parse_args(argv)
+    vars(args).update(
+        command="mount",
+        foreground=False,
+        allow_other=False,
+        debug=False,
+        debug_fuse=False,
+        cache_mb=None,
+        max_message_mb=None,
+        log=None,
+        quiet=True,
+    )
+    with contextlib.suppress(KeyError):
+        os.environ["HOME"] = pwd.getpwuid(os.getuid()).pw_dir
+    return args
 
-    options = {o for opt in args.options for o in opt.split(",") if o}
-    unknown = options - MOUNT_OPTIONS
-    if unknown:
-        return _fail(f"unknown mount option(s): {', '.join(sorted(unknown))}", 2)
+
+def mount(args: argparse.Namespace) -> int:
+    try:
+        o = parse_options(args.options)
+    except ValueError as err:
+        return _fail(str(err), 2)
+    allow_other = args.allow_other or o.allow_other
     mnt = mountpoint.canonical(args.mountpoint)
-    why = mountpoint.problem(mnt, allow_other=args.allow_other, nonempty="nonempty" in options)
+    made = args.command == "demo" and _make_folder(mnt)
+    why = mountpoint.problem(mnt, allow_other=allow_other, nonempty=o.nonempty)
     if why:
+        if made:
+            with contextlib.suppress(OSError):
+                os.rmdir(mnt)
         return _fail(why)
+    try:  # pyfuse3 is imported only when mounting
+        from .mount import MountError, MountOptions, run
+    except ImportError as err:
+        return _fail(_no_pyfuse3(err))
     if args.command == "demo":
         args.sessions = str(demo_sessions())
     sessions = Path(args.sessions).expanduser() if args.sessions else default_sessions()
@@ -135,20 +276,28 @@ def mount(args: argparse.Namespace) -> int:
             "the example sessions, or --sessions DIR)",
             2,
         )
-    logfile = _log_path(args, mnt)
+    args.log = args.log or o.log
+    try:
+        logfile = _log_path(args, mnt)
+    except OSError as err:
+        return _fail(f"cannot write the log in {err.filename}: {err.strerror} (--log FILE)")
+    cache_mb = args.cache_mb if args.cache_mb is not None else o.cache_mb
+    max_mb = args.max_message_mb if args.max_message_mb is not None else o.max_message_mb
     opts = MountOptions(
         sessions=str(sessions.resolve()),
         mountpoint=mnt,
-        read_only="ro" in options,
-        allow_other=args.allow_other,
+        read_only=o.ro,
+        allow_other=allow_other,
         debug_fuse=args.debug_fuse,
-        cache_mb=args.cache_mb,
-        max_message_bytes=int(args.max_message_mb * (1 << 20)),
+        cache_mb=1024 if cache_mb is None else cache_mb,
+        max_message_bytes=int((8 if max_mb is None else max_mb) * (1 << 20)),
         log_file=str(logfile) if logfile else None,
+        flags=frozenset(o.kernel),
     )
+    notify = _Notify(os.environ.pop("NOTIFY_SOCKET", None))
     report = _Report(None)
     if not args.foreground:
-        child = _daemonize(mnt, logfile, opts.sessions)
+        child = _daemonize(mnt, logfile, opts.sessions, quiet=getattr(args, "quiet", False))
         if child is None:  # the parent: the daemon reported the mount up
             if args.command == "demo":
                 _demo_hints(Path(mnt))
@@ -156,17 +305,59 @@ def mount(args: argparse.Namespace) -> int:
         report = child
     elif logfile:
         print(f"pisessfs: logging to {logfile}", file=sys.stderr)
-    _logging(args.debug, logfile, redirect=not args.foreground)
+    _logging(args.debug or o.debug, logfile, redirect=not args.foreground)
     log.info(
         "pisessfs %s (pid %d): mounting %s on %s", __version__, os.getpid(), opts.sessions, mnt
     )
+
+    def ready() -> None:
+        report("ok")
+        notify(f"READY=1\nMAINPID={os.getpid()}\nSTATUS=mounted {opts.sessions} on {mnt}")
+
     try:
-        run(opts, ready=lambda: report("ok"))
+        run(opts, ready=ready)
     except MountError as err:
         log.error("cannot mount on %s: %s", mnt, err)
         report(f"cannot mount on {mnt}: {err}")
         return 1
     return 0
+
+
+def _make_folder(mnt: str) -> bool:
+    """The demo's mountpoint, made when nothing is there (never over a mount, even a dead one);
+    whether it was made."""
+    if mountpoint.top(mnt) is not None or os.path.lexists(mnt):
+        return False
+    try:
+        os.makedirs(mnt)
+    except OSError:
+        return False
+    return True
+
+
+def _no_pyfuse3(err: ImportError) -> str:
+    if isinstance(err, ModuleNotFoundError) and err.name == "pyfuse3":
+        return "pyfuse3 is not installed in this Python (run ./scripts/setup, or pip install .)"
+    return f"FUSE's library does not load ({err}); install it: sudo apt install fuse3"
+
+
+class _Notify:
+    """sd_notify(3) by hand: one datagram to $NOTIFY_SOCKET (a path, or @ for an abstract
+    socket), for a ``Type=notify`` unit; nothing without it."""
+
+    def __init__(self, address: str | None) -> None:
+        self.address = address
+
+    def __call__(self, message: str) -> None:
+        if not self.address:
+            return
+        where = "\0" + self.address[1:] if self.address.startswith("@") else self.address
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
+                s.connect(where)
+                s.send(message.encode(errors="replace"))
+        except OSError as err:
+            log.warning("cannot notify systemd at %s: %s", self.address, err)
 
 
 def _fail(message: str, code: int = 1) -> int:
@@ -227,7 +418,9 @@ class _Report:
             os.close(fd)
 
 
-def _daemonize(mnt: str, logfile: Path | None, sessions: str) -> _Report | None:
+def _daemonize(
+    mnt: str, logfile: Path | None, sessions: str, quiet: bool = False
+) -> _Report | None:
     """Fork. The parent waits for the child's report, says where the log is and returns None
     (or exits 1 with the child's reason); the child returns its ``_Report``."""
     read_end, write_end = os.pipe()
@@ -247,7 +440,8 @@ def _daemonize(mnt: str, logfile: Path | None, sessions: str) -> _Report | None:
     os.close(read_end)
     if said == "ok":
         where = f" (log: {logfile})" if logfile else ""
-        print(f"pisessfs: mounted {sessions} on {mnt}{where}")
+        if not quiet:
+            print(f"pisessfs: mounted {sessions} on {mnt}{where}")
         return None
     if said is None:
         said = "the mount did not appear within 30 s"
@@ -322,6 +516,179 @@ def _stale(mnt: str, timeout: float = 2.0) -> bool:
     t.start()
     t.join(timeout)
     return bool(answer) and answer[0] in (errno.ENOTCONN, errno.ECONNABORTED)
+
+
+def show_status(as_json: bool = False) -> int:
+    """Each pisessfs mount of this user, from mountinfo and the daemons' status files."""
+    entries = status.collect()
+    now = time.time()
+    if as_json:
+        text = json.dumps([_status_json(e, now) for e in entries], indent=1)
+    else:
+        text = "\n\n".join(_status_text(e, now) for e in entries) or "pisessfs: nothing mounted"
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # `pisessfs status | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    return 0
+
+
+def _state(e: status.Entry) -> str:
+    if e.record is None:
+        return "unknown"
+    return "running" if e.alive else "dead"
+
+
+def _status_json(e: status.Entry, now: float) -> dict[str, object]:
+    r = e.record
+    return {
+        "mountpoint": e.mount.path,
+        "state": _state(e),
+        "pid": r.pid if r else None,
+        "uptime": round(now - r.started, 1) if r and e.alive else None,
+        "sessions": r.sessions if r else None,
+        "log": r.log if r else None,
+        "read_only": r.read_only if r else None,
+        "parsed": r.parsed if r else None,
+        "parsed_bytes": r.parsed_bytes if r else None,
+        "cache_bytes": r.cache_bytes if r else None,
+        "rss": e.rss,
+        "fresh": e.fresh,
+        "updated": r.updated if r else None,
+        "version": r.version if r else None,
+    }
+
+
+def _status_text(e: status.Entry, now: float) -> str:
+    r, mnt = e.record, e.mount.path
+    if r is None:
+        return (
+            f"{mnt}: mounted, no status file (an older pisessfs, or a daemon with another "
+            "$XDG_RUNTIME_DIR)"
+        )
+    head = f"{mnt}: running" + (", read-only" if r.read_only else "")
+    if not e.alive:
+        head = f"{mnt}: dead, its daemon (pid {r.pid}) is gone; clear it: pisessfs umount {mnt}"
+    rows = [("sessions", r.sessions)]
+    if e.alive:
+        rows.append(("pid", f"{r.pid}, up {_duration(now - r.started)}"))
+    rows.append(("log", r.log))
+    if e.alive:
+        age = "" if e.fresh else f" (as of {_duration(now - r.updated)} ago: no answer now)"
+        rows.append(
+            (
+                "parsed",
+                f"{r.parsed} session{'' if r.parsed == 1 else 's'}, {_mib(r.parsed_bytes)} "
+                f"of files (cap {_mib(r.cache_bytes)}){age}",
+            )
+        )
+        rows.append(("memory", f"{_mib(e.rss)} resident" if e.rss is not None else "unknown"))
+    return "\n".join([head, *(f"  {k:<9} {v}" for k, v in rows)])
+
+
+def _duration(seconds: float) -> str:
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+def _mib(n: int | None) -> str:
+    return "?" if n is None else f"{n / (1 << 20):.1f} MiB"
+
+
+def unit_dir() -> Path:
+    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(config) / "systemd" / "user"
+
+
+def unit_text(sessions: Path, options: list[str], allow_other: bool) -> str:
+    """The systemd user unit: a template, one mount per instance (the escaped mountpoint).
+
+    ``Type=notify``: the daemon runs in the foreground (``-f``: its main process is the one
+    systemd started, its log goes to the journal) and sends READY=1 once the mount is up, so
+    ``systemctl start`` returns when the folder is usable and units ordered after it find it
+    mounted (``Type=simple`` would call it started before it mounted, or when mounting failed).
+    ``ExecStop`` unmounts cleanly; when the mount is busy it names who holds it, and the
+    SIGTERM that follows detaches it. ``KillMode=mixed``: that SIGTERM reaches the daemon
+    only, so a watchdog whose daemon died still detaches the dead mount."""
+    me = " ".join(_unit_quote(a) for a in _program())
+    extra = [*(["-o", ",".join(options)] if options else []), *(["--allow-other"] * allow_other)]
+    args = " ".join(_unit_quote(a) for a in ["--sessions", str(sessions), *extra])
+    return f"""\
+# {UNIT}: written by `pisessfs install-unit` (pisessfs {__version__}).
+# One mount per instance, named by its mountpoint, escaped; for ~/pi:
+#   systemctl --user enable --now pisessfs@$(systemd-escape --path ~/pi).service
+[Unit]
+Description=Pi sessions mounted on %f (pisessfs)
+StartLimitIntervalSec=120
+StartLimitBurst=3
+
+[Service]
+Type=notify
+ExecStart={me} mount -f {args} "%f"
+ExecStop={me} umount "%f"
+KillMode=mixed
+Restart=on-failure
+RestartSec=10
+
+[Install]
+WantedBy=default.target
+"""
+
+
+def _unit_quote(word: str) -> str:
+    """One word of a unit's command line: quoted, specifiers (%) and variables ($) escaped."""
+    if "\n" in word:
+        raise ValueError(f"a unit cannot hold a newline: {word!r}")
+    for a, b in (("\\", "\\\\"), ('"', '\\"'), ("%", "%%"), ("$", "$$")):
+        word = word.replace(a, b)
+    plain = word and all(c.isalnum() or c in "/._-+=,:@" for c in word)
+    return word if plain else f'"{word}"'
+
+
+def _program() -> list[str]:
+    """This program as a unit runs it: the ``pisessfs`` script, else ``python -m``."""
+    script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if os.path.basename(script) == "pisessfs" and os.access(script, os.X_OK):
+        return [script]
+    sibling = os.path.join(os.path.dirname(sys.executable), "pisessfs")
+    if os.access(sibling, os.X_OK):
+        return [sibling]
+    return [sys.executable, "-m", "pisessfs.cli"]
+
+
+def install_unit(args: argparse.Namespace) -> int:
+    try:
+        o = parse_options(args.options)
+    except ValueError as err:
+        return _fail(str(err), 2)
+    options = [x for value in args.options for x in value.split(",") if x]
+    sessions = Path(args.sessions).expanduser() if args.sessions else default_sessions()
+    if not sessions.is_dir():
+        return _fail(f"no sessions folder at {sessions} (--sessions DIR)", 2)
+    try:
+        text = unit_text(sessions.resolve(), options, args.allow_other or o.allow_other)
+    except ValueError as err:
+        return _fail(str(err), 2)
+    if args.print:
+        sys.stdout.write(text)
+        return 0
+    path = unit_dir() / UNIT
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as err:
+        return _fail(f"cannot write {path}: {err.strerror}")
+    print(f"""pisessfs: wrote {path}; to mount ~/pi now and at every login:
+  mkdir -p ~/pi
+  systemctl --user daemon-reload
+  systemctl --user enable --now pisessfs@$(systemd-escape --path ~/pi).service""")
+    return 0
 
 
 def demo_sessions() -> Path:

@@ -3,8 +3,10 @@
 This module owns the lifecycle of one mount (pyfuse3 allows one per process): it builds the
 store, view and adapter, mounts with ``auto_unmount`` and starts the ``watchdog`` process, the
 two of which see that a killed daemon leaves no dead mountpoint, turns SIGINT/SIGTERM into
-``pyfuse3.terminate()`` and always closes. A failed mount raises ``MountError`` with libfuse's
-own reason. Argument parsing, the checks before mounting and logging setup belong to ``cli``.
+``pyfuse3.terminate()`` and always closes. It keeps the mount's ``status`` file (written before
+the mount is reported up, rewritten now and then and on SIGUSR2, removed at a clean exit).
+A failed mount raises ``MountError`` with libfuse's own reason. Argument parsing, the checks
+before mounting and logging setup belong to ``cli``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from types import FrameType
 import pyfuse3
 import trio
 
+from . import status
 from .fuse_ops import Operations
 from .sessions import Store
 from .view import View
@@ -41,6 +44,7 @@ class MountOptions:
     cache_mb: int = 1024
     max_message_bytes: int = 8 << 20
     log_file: str | None = None  # where the watchdog logs; None: the inherited stderr
+    flags: frozenset[str] = frozenset()  # kernel mount flags asked for: nosuid, nodev, noexec
 
 
 class MountError(Exception):
@@ -56,7 +60,7 @@ def fuse_options(opts: MountOptions) -> set[str]:
         options.add("allow_other")
     if opts.debug_fuse:
         options.add("debug")
-    return options
+    return options | (opts.flags & {"nosuid", "nodev", "noexec"})
 
 
 def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
@@ -71,18 +75,36 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
     # leave the mount behind (s3ql's lesson).
     blocked = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    signal.signal(status.ASK, signal.SIG_IGN)  # before the status file names this pid
     _init(ops, opts)
     log.info("mounted %s on %s", store.root, opts.mountpoint)
     faulthandler.register(signal.SIGUSR1)  # dump stacks of a stuck mount: kill -USR1 <pid>
     clean = False
     guard: Guard | None = None
+    state: status.Writer | None = None
     try:
         guard = _watchdog(opts)
+        state = status.Writer(
+            opts.mountpoint,
+            sessions=store.root,
+            log_file=opts.log_file,
+            read_only=opts.read_only,
+            cache_bytes=opts.cache_mb << 20,
+            parsed=lambda: _parsed(store),
+        )
+        state.write()
         if ready is not None:
             ready()
-        trio.run(_serve, ops, watcher, blocked)
+        try:
+            trio.run(_serve, ops, watcher, blocked, state)
+        finally:
+            # A late SIGINT/SIGTERM (systemd's, after its ExecStop unmounted) must not reach
+            # pyfuse3.terminate() once the loop is gone: it stays pending until the exit.
+            signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         clean = True
     finally:
+        if state is not None:
+            state.remove()
         pyfuse3.close(unmount=clean)
         watcher.close()
         if guard is not None:
@@ -122,7 +144,21 @@ def _watchdog(opts: MountOptions) -> Guard | None:
         return None
 
 
-async def _serve(ops: Operations, watcher: Watcher, blocked: set[signal.Signals]) -> None:
+def _parsed(store: Store) -> tuple[int, int]:
+    """How many sessions are parsed in memory and their size as files (for ``status``)."""
+    for _ in range(5):  # a worker thread may load one meanwhile
+        try:
+            held = [store.known(path) for path in store.loaded_paths()]
+        except RuntimeError:
+            continue
+        loaded = [sf.loaded for sf in held if sf is not None and sf.loaded is not None]
+        return len(loaded), sum(f.nbytes() for f in loaded)
+    return 0, 0
+
+
+async def _serve(
+    ops: Operations, watcher: Watcher, blocked: set[signal.Signals], state: status.Writer
+) -> None:
     def stop(signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: unmounting", signum)
         pyfuse3.terminate()
@@ -133,6 +169,7 @@ async def _serve(ops: Operations, watcher: Watcher, blocked: set[signal.Signals]
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ops.invalidator)
         nursery.start_soon(_watch, watcher, ops)
+        nursery.start_soon(_refresh, state)
         await pyfuse3.main()
         nursery.cancel_scope.cancel()
 
@@ -147,3 +184,12 @@ async def _watch(watcher: Watcher, ops: Operations) -> None:
         except Exception:
             log.exception("the live view failed on an event; it goes on with the next")
         ops.drain()
+
+
+async def _refresh(state: status.Writer) -> None:
+    """Rewrite the status file every ``status.REFRESH`` seconds, and when asked (SIGUSR2)."""
+    with trio.open_signal_receiver(status.ASK) as asked:
+        while True:
+            with trio.move_on_after(status.REFRESH):
+                await asked.__anext__()
+            state.write()

@@ -18,7 +18,7 @@ import re
 import shutil
 import stat
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MOUNTINFO = "/proc/self/mountinfo"
 FUSE_CONF = "/etc/fuse.conf"
@@ -39,6 +39,15 @@ class Mount:
     path: str
     fstype: str
     source: str
+    options: str = field(default="", compare=False)  # the superblock's: user_id=N, ...
+
+    def owner(self) -> int | None:
+        """The uid a FUSE mount belongs to (its ``user_id=``), None for other filesystems."""
+        for option in self.options.split(","):
+            key, _, value = option.partition("=")
+            if key == "user_id" and value.isdigit():
+                return int(value)
+        return None
 
     def same(self, other: Mount) -> bool:
         return (self.mount_id, self.dev, self.path, self.fstype) == (
@@ -70,6 +79,7 @@ def table(source: str = MOUNTINFO) -> list[Mount]:
                     _unescape(fields[4]),
                     fields[sep + 1],
                     _unescape(fields[sep + 2]),
+                    fields[sep + 3] if len(fields) > sep + 3 else "",
                 )
             )
         except (ValueError, IndexError):
@@ -127,14 +137,16 @@ def problem(
     allow_other: bool = False,
     nonempty: bool = False,
     uid: int | None = None,
-    device: str = FUSE_DEV,
-    conf: str = FUSE_CONF,
+    device: str | None = None,
+    conf: str | None = None,
     helper: str | None = "",
 ) -> str | None:
     """Why mounting on ``path`` (canonical) would fail or hide something, in one line; None if
-    nothing known stops it. ``uid``, ``device``, ``conf`` and ``helper`` (fusermount3's path,
-    None for missing, "" to look it up) are parameters for the tests."""
+    nothing known stops it. ``uid``, ``device`` (default FUSE_DEV), ``conf`` (FUSE_CONF) and
+    ``helper`` (fusermount3's path, None for missing, "" to look it up) are for the tests."""
     uid = os.geteuid() if uid is None else uid
+    device = FUSE_DEV if device is None else device
+    conf = FUSE_CONF if conf is None else conf
     helper = fusermount() if helper == "" else helper
     if not os.path.exists(device):
         return (

@@ -1,0 +1,197 @@
+"""``pisessfs status``: every mount of this user with its sessions folder, pid, uptime, log,
+sessions parsed and memory, from mountinfo and the daemons' status files; never from the mount
+itself, so a dead or a stuck mount is answered for at once.
+
+Real processes (needs /dev/fuse and fusermount3: skips loudly without them, fails in CI).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pisessfs import cli, mountpoint, status
+from tests.conftest import (
+    RECIPE,
+    fuse_missing,
+    is_mounted,
+    mount_base,
+    mounted,
+    need,
+    wait_for,
+)
+from tests.test_lifecycle import (
+    defeat_auto_unmount,
+    kill_9,
+    pisessfs,
+    process_inside,
+    watchdog_of,
+)
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A runtime and a state dir of the test's own (also for mounts started by ``mounted``)."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return dict(os.environ)
+
+
+def status_json(env: dict[str, str]) -> dict[str, dict[str, Any]]:
+    out = pisessfs("status", "--json", env=env)
+    assert out.returncode == 0 and not out.stderr, out
+    return {e["mountpoint"]: e for e in json.loads(out.stdout)}
+
+
+def status_files(env: dict[str, str]) -> list[str]:
+    folder = Path(env["XDG_RUNTIME_DIR"]) / "pisessfs"
+    return sorted(p.name for p in folder.glob("*.json")) if folder.is_dir() else []
+
+
+@contextlib.contextmanager
+def background(sessions: Path, env: dict[str, str], *extra: str) -> Iterator[Path]:
+    """A default-mode (daemonized) mount; always unmounted."""
+    need(fuse_missing() is None, fuse_missing() or "")
+    mnt = mount_base() / uuid.uuid4().hex[:8]
+    mnt.mkdir()
+    try:
+        out = pisessfs("mount", *extra, "--sessions", str(sessions), str(mnt), env=env)
+        assert out.returncode == 0, out.stderr
+        yield mnt
+    finally:
+        if is_mounted(mnt):
+            pisessfs("umount", str(mnt), env=env)
+            if is_mounted(mnt):
+                subprocess.run(["fusermount3", "-u", "-z", str(mnt)])
+        mnt.rmdir()
+
+
+def daemon_of(mnt: Path) -> int:
+    """The pid whose command line mounts ``mnt`` and that holds /dev/fuse: found by /proc."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+            fds = [os.readlink(f"/proc/{name}/fd/{fd}") for fd in os.listdir(f"/proc/{name}/fd")]
+        except OSError:
+            continue
+        if "mount" in argv and str(mnt) in argv and "/dev/fuse" in fds:
+            return int(name)
+    raise AssertionError(f"no daemon for {mnt}")
+
+
+def test_status_lists_two_mounts_with_their_fields(
+    sessions: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    b_log = tmp_path / "b.log"
+    started = time.time()
+    with (
+        background(sessions, env) as a,
+        background(sessions, env, "-o", "ro", "--log", str(b_log)) as b,
+    ):
+        (a / RECIPE / "current" / "0002-user.md").read_bytes()  # one session parsed in a
+        got = status_json(env)
+        ea, eb = got[str(a)], got[str(b)]
+        assert ea["pid"] == daemon_of(a) and eb["pid"] == daemon_of(b)
+        assert (ea["state"], eb["state"]) == ("running", "running")
+        assert ea["sessions"] == eb["sessions"] == str(sessions)
+        assert ea["log"] == str(cli.default_log(str(a))) and eb["log"] == str(b_log)
+        assert (ea["read_only"], eb["read_only"]) == (False, True)
+        assert ea["parsed"] >= 1 and ea["parsed_bytes"] > 0 and eb["parsed"] == 0
+        assert ea["fresh"] and eb["fresh"]  # both answered the request for fresh numbers
+        for e in (ea, eb):
+            assert 0 <= e["uptime"] <= time.time() - started + 1
+            assert e["rss"] > 4 << 20 and e["cache_bytes"] == 1024 << 20
+        text = pisessfs("status", env=env).stdout
+        for mnt, e, head in ((a, ea, "running"), (b, eb, "running, read-only")):
+            block = next(blk for blk in text.split("\n\n") if blk.startswith(f"{mnt}: "))
+            lines = block.splitlines()
+            assert lines[0] == f"{mnt}: {head}", block
+            assert lines[1] == f"  sessions  {sessions}"
+            assert lines[2].startswith(f"  pid       {e['pid']}, up ")
+            assert lines[3] == f"  log       {e['log']}"
+            assert lines[4].startswith(f"  parsed    {e['parsed']} session")
+            assert lines[5].startswith("  memory    ") and lines[5].endswith(" MiB resident")
+        assert len(status_files(env)) == 2
+    got = status_json(env)
+    assert str(a) not in got and str(b) not in got
+    assert status_files(env) == []  # removed at the clean exit
+
+
+def test_a_mount_whose_daemon_is_killed_leaves_no_status(
+    sessions: Path, env: dict[str, str]
+) -> None:
+    with mounted(sessions) as m:
+        wait_for(lambda: len(status_files(env)) == 1, 10, "the status file")
+        kill_9(m.proc.pid)
+        m.proc.wait()
+        wait_for(lambda: not is_mounted(m.path), 10, "the watchdog to detach the dead mount")
+        assert len(status_files(env)) == 1  # what kill -9 leaves behind ...
+        assert str(m.path) not in status_json(env)
+        assert status_files(env) == []  # ... is cleared by the next status
+
+
+def test_status_reports_a_dead_mount_and_how_to_clear_it(
+    sessions: Path, env: dict[str, str]
+) -> None:
+    with mounted(sessions) as m, process_inside(m.path / RECIPE):
+        wd = watchdog_of(m.path)
+        assert wd is not None
+        kill_9(wd)
+        defeat_auto_unmount(m)
+        pid = m.proc.pid
+        kill_9(pid)
+        assert is_mounted(m.path)
+        e = status_json(env)[str(m.path)]
+        assert (e["state"], e["pid"], e["sessions"]) == ("dead", pid, str(sessions))
+        text = pisessfs("status", env=env).stdout
+        assert (
+            f"{m.path}: dead, its daemon (pid {pid}) is gone; clear it: pisessfs umount {m.path}"
+            in text.splitlines()
+        ), text
+        assert pisessfs("umount", str(m.path)).returncode == 0
+        assert str(m.path) not in status_json(env)
+        assert status_files(env) == []
+
+
+def test_status_answers_at_once_for_a_stuck_mount(sessions: Path, env: dict[str, str]) -> None:
+    with mounted(sessions) as m:
+        os.kill(m.proc.pid, signal.SIGSTOP)  # any stat inside the mount would now hang
+        try:
+            begun = time.monotonic()
+            e = status_json(env)[str(m.path)]
+            assert time.monotonic() - begun < 10
+            assert (e["state"], e["pid"], e["fresh"]) == ("running", m.proc.pid, False)
+            text = pisessfs("status", env=env).stdout
+            assert "ago: no answer now)" in text, text
+        finally:
+            os.kill(m.proc.pid, signal.SIGCONT)
+        assert status_json(env)[str(m.path)]["fresh"]
+
+
+def test_status_shows_only_this_users_pisessfs_mounts(tmp_path: Path, env: dict[str, str]) -> None:
+    info = tmp_path / "mountinfo"
+    info.write_text(
+        "22 1 0:21 / / rw - ext4 /dev/sda1 rw\n"
+        "45 22 0:40 / /home/ana/pi rw,nosuid - fuse.pisessfs pisessfs rw,user_id=1000,group_id=1\n"
+        "46 22 0:41 / /home/bo/pi rw,nosuid - fuse.pisessfs pisessfs rw,user_id=1001,group_id=1\n"
+        "47 22 0:42 / /home/ana/x rw,nosuid - fuse.sshfs ana@x: rw,user_id=1000,group_id=1\n"
+    )
+    rows = status.collect(1000, ask=False, source=str(info))
+    assert [(e.mount.path, e.record) for e in rows] == [("/home/ana/pi", None)]
+    assert mountpoint.table(str(info))[1].owner() == 1000
+    assert mountpoint.table(str(info))[0].owner() is None
