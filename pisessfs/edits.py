@@ -199,6 +199,16 @@ class Editor:
         h.dirty = True
         return len(buf)
 
+    def holds(self, path: str) -> bool:
+        """Whether a handle of this layer is open on session ``path``: a message being saved,
+        or a scratch file of one of its folders (a swap file, a temp file), open at all."""
+        for h in self.handles.values():
+            if h.binding is not None and h.binding.path == path:
+                return True
+            if h.node is not None and any(folder.path == path for folder, _ in h.node.links):
+                return True
+        return False
+
     def writing(self, ino: int) -> bool:
         """Whether a handle is writing new bytes of message ``ino`` (readers then bypass the
         kernel's page cache and size, which the writer's writes move)."""

@@ -128,7 +128,7 @@ class Files:
         return parts
 
     @contextlib.contextmanager
-    def _parent(self, path: str) -> Iterator[tuple[int, str]]:
+    def parent(self, path: str) -> Iterator[tuple[int, str]]:
         """A descriptor of ``path``'s folder, walked from the root without following links,
         and the last component. The root's own descriptor is not closed."""
         parts = self.parts(path)
@@ -150,7 +150,7 @@ class Files:
         try:
             if path == self.root:
                 return os.fstat(self.fd)
-            with self._parent(path) as (fd, name):
+            with self.parent(path) as (fd, name):
                 return os.stat(name, dir_fd=fd, follow_symlinks=False)
         except OSError as err:
             if err.errno in (errno.EMFILE, errno.ENFILE):
@@ -163,7 +163,7 @@ class Files:
         ``O_NONBLOCK``: a FIFO swapped in opens at once and is refused, instead of blocking.
         """
         try:
-            with self._parent(path) as (dfd, name):
+            with self.parent(path) as (dfd, name):
                 fd = os.open(
                     name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dfd
                 )
@@ -188,7 +188,7 @@ class Files:
             if folder == self.root:  # a descriptor of its own: a dup would share the offset
                 fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self.fd)
             else:
-                with self._parent(folder) as (dfd, name):
+                with self.parent(folder) as (dfd, name):
                     fd = os.open(
                         name,
                         os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,

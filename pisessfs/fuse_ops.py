@@ -21,8 +21,10 @@ from typing import Any, ParamSpec, TypeVar
 import pyfuse3
 import trio
 
+from . import actions as act
 from . import view as v
 from . import writer
+from .actions import Actions, Change
 from .edits import Editor, Job
 from .sessions import YIELD, Unreadable
 
@@ -45,6 +47,12 @@ ERRNO: dict[type[Exception], int] = {
     writer.TooBig: errno.EFBIG,
     writer.Locked: errno.EBUSY,
     writer.Stale: errno.ESTALE,
+    act.BadValue: errno.EINVAL,
+    act.InUse: errno.EBUSY,
+    act.Unsupported: errno.ENOTSUP,
+    act.NoAttr: pyfuse3.ENOATTR,
+    act.NotEmpty: errno.ENOTEMPTY,
+    act.TrashFailed: errno.EIO,  # its own errno, see _errno_of
 }
 
 #: Kernel cache lifetimes: immutable nodes (entry folders, message files) for an hour;
@@ -86,8 +94,8 @@ def handler(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[An
 
 
 def _errno_of(exc: Exception) -> int:
-    if isinstance(exc, Unreadable) and exc.errno:
-        return exc.errno  # the session file's own answer: EACCES, or ENOENT when it is gone
+    if isinstance(exc, Unreadable | act.TrashFailed) and exc.errno:
+        return exc.errno  # the file's own answer: EACCES, ENOENT when gone, EXDEV, ...
     for cls in type(exc).__mro__:  # the most specific class in the table wins
         if cls in ERRNO:
             return ERRNO[cls]
@@ -104,12 +112,16 @@ class Operations(pyfuse3.Operations):
         self.view = view
         view.defer = True  # blocking work comes back as Busy, run off the event loop here
         self.editor = Editor(view, cap)
+        self.actions = Actions(view)
         self.read_only = read_only
         self._locks: dict[str, trio.Lock] = {}
         self._send, self._recv = trio.open_memory_channel[tuple[int, str | None]](10_000)
         self._fh = itertools.count(1)
         self._dirs: dict[int, list[tuple[str, v.Attr]]] = {}
         self._files: dict[int, v.Snapshot] = {}  # read handles: what each one reads
+        # Folders a recursive removal was told it removed (they stay): the kernel marked its
+        # inode dead, so the folder comes back under a new generation, as a new inode.
+        self._generation: dict[int, int] = {}
 
     async def _ready(self, ino: int, attr_only: bool = False, listing: bool = False) -> None:
         """Bring what ``ino`` shows up to date without holding up other requests."""
@@ -125,7 +137,9 @@ class Operations(pyfuse3.Operations):
                 if busy.work is YIELD:
                     await trio.sleep(0)
                 else:
-                    await trio.to_thread.run_sync(busy.work)
+                    # A parse or render holds nothing of the loop's: an unmount need not wait
+                    # for it (the thread ends with the process).
+                    await trio.to_thread.run_sync(busy.work, abandon_on_cancel=True)
                     self.drain()  # what the work changed (a new rendering's size)
         log.warning("%s%r: the session kept changing; answered EAGAIN", fn.__name__, args)
         raise pyfuse3.FUSEError(errno.EAGAIN)
@@ -133,6 +147,7 @@ class Operations(pyfuse3.Operations):
     def _entry(self, a: v.Attr) -> pyfuse3.EntryAttributes:
         e = pyfuse3.EntryAttributes()
         e.st_ino = a.ino
+        e.generation = self._generation.get(a.ino, 0)
         e.st_mode = a.mode
         e.st_size = a.size
         e.st_nlink = a.nlink
@@ -178,6 +193,7 @@ class Operations(pyfuse3.Operations):
         await self._ready(inode, listing=True)
         fh = next(self._fh)
         self._dirs[fh] = self.view.children(inode)
+        self.actions.walks.opened(fh, inode, ctx.pid)  # rm -r holds the folders it empties
         return fh
 
     @handler
@@ -191,6 +207,7 @@ class Operations(pyfuse3.Operations):
     @handler
     async def releasedir(self, fh: int) -> None:
         self._dirs.pop(fh, None)
+        self.actions.walks.closed(fh)
 
     @handler
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
@@ -249,13 +266,46 @@ class Operations(pyfuse3.Operations):
     @handler
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         await self._ready(parent_inode)
-        self.editor.unlink(parent_inode, os.fsdecode(name))
+        n = os.fsdecode(name)
+        if self.actions.in_removal(parent_inode, ctx.pid):
+            self.actions.keep(parent_inode, n, ctx.pid)  # the session goes (or stays) whole
+            return
+        self.editor.unlink(parent_inode, n)
         self.drain()
 
     @handler
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
-        log.warning("rmdir %r refused (EPERM): sessions are append-only", name)
+        await self._ready(parent_inode)
+        n = os.fsdecode(name)
+        path = self.actions.session_named(parent_inode, n)
+        if path is not None:  # rmdir SESSION, or the last step of rm -r SESSION
+            self.actions.may_trash(parent_inode, n, ctx.pid, path)
+            await self._trash(path, ctx.uid, ctx.gid)
+            return
+        if self.actions.in_removal(parent_inode, ctx.pid):
+            ino = self.actions.keep_folder(parent_inode, n, ctx.pid)
+            self._generation[ino] = self._generation.get(ino, 0) + 1
+            return
+        log.warning("rmdir %s refused (EPERM): sessions are append-only", n)
         raise pyfuse3.FUSEError(errno.EPERM)
+
+    async def _trash(self, path: str, uid: int, gid: int) -> None:
+        """Move session ``path`` to user ``uid``'s trash (DESIGN.md, "Session actions")."""
+        if self.read_only:
+            log.warning("trash of %s refused (EROFS): the mount is read-only", path)
+            raise pyfuse3.FUSEError(errno.EROFS)
+        async with self._lock(path):
+            try:
+                s = await self._core(self.view.up_to_date, path)
+                self.actions.check_trash(s, self.editor.holds(path))
+                done = await trio.to_thread.run_sync(act.trash, s, uid, gid)
+            except act.TrashFailed as err:
+                log.warning("trash refused (%s): %s", errno.errorcode.get(err.errno, "?"), err)
+                raise
+            finally:
+                self.actions.walks.forget(path)  # a walk that reached its end is over
+        self.actions.trashed(path, done)
+        self.drain()
 
     @handler
     async def rename(  # noqa: PLR0917 (pyfuse3 signature)
@@ -317,6 +367,8 @@ class Operations(pyfuse3.Operations):
             return
         try:
             await self._commit(fh, last=True)
+        except (v.ViewError, Unreadable, writer.Refused, OSError) as err:  # expected: one line
+            log.warning("release: the last save was not made: %s", err)
         except Exception:
             log.exception("release: the last commit failed")
         finally:
@@ -341,17 +393,41 @@ class Operations(pyfuse3.Operations):
     async def _write(self, job: Job) -> None:
         """Write a prepared commit off the event loop, retrying when another writer raced;
         then bring the session up to date and finish (under the caller's lock)."""
-        for _ in range(5):
-            try:
-                await trio.to_thread.run_sync(writer.write, job.pending)
-                break
-            except writer.Grew:
-                await self._core(self.view.up_to_date, job.binding.path)
-                job = self.editor.again(job)
-        else:
-            raise writer.Stale(job.binding.path, "the file kept growing")
+        await self._put(job.binding.path, job.pending, lambda: self.editor.again(job).pending)
         await self._core(self.view.up_to_date, job.binding.path)
         self.editor.finish(job)
+        self.drain()
+
+    async def _put(
+        self, path: str, pending: writer.Pending, again: Callable[[], writer.Pending]
+    ) -> None:
+        """``writer.write`` off the event loop; when another writer appended meanwhile and
+        took the new id, bring the session up to date and write ``again()`` instead."""
+        for _ in range(5):
+            try:
+                await trio.to_thread.run_sync(writer.write, pending)
+                return
+            except writer.Grew:
+                await self._core(self.view.up_to_date, path)
+                pending = again()
+        raise writer.Stale(path, "the file kept growing")
+
+    async def _apply(self, change: Change | None) -> None:
+        """Append the line of a name or label change, through the same checks and the same
+        one-write-and-fsync as a saved message, under the session's lock."""
+        if change is None:
+            return  # the value it already has: nothing appended
+        path = change.path
+        async with self._lock(path):
+            s = await self._core(self.view.up_to_date, path)
+            try:
+                await self._put(path, change.build(s), lambda: change.build(self.view.state(path)))
+            except writer.Refused as err:
+                log.warning("%s refused (%s): %s", change.what, err.kind, err)
+                raise
+            await self._core(self.view.up_to_date, path)
+        log.info("%s: appended %s", path, change.what)
+        self.view.changed_session(path)
         self.drain()
 
     def drain(self) -> None:
@@ -404,11 +480,27 @@ class Operations(pyfuse3.Operations):
         self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext
     ) -> None:
         # Editors copy ACLs after a save; "not supported" makes them fall back to chmod.
-        raise pyfuse3.FUSEError(errno.ENOTSUP)
+        # user.pi.name and user.pi.label are session actions: one appended line each.
+        attr = self._action_attr(name)
+        await self._ready(inode)
+        await self._apply(self.actions.set_xattr(inode, attr, value))
 
     @handler
     async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
-        raise pyfuse3.FUSEError(errno.ENOTSUP)
+        attr = self._action_attr(name)
+        await self._ready(inode)
+        await self._apply(self.actions.remove_xattr(inode, attr))
+
+    def _action_attr(self, name: bytes) -> str:
+        """The name of an attribute that names or labels; ENOTSUP for every other one (no
+        log line: editors copy ACLs), EROFS for these on a read-only mount."""
+        attr = os.fsdecode(name)
+        if attr not in (act.NAME, act.LABEL):
+            raise pyfuse3.FUSEError(errno.ENOTSUP)
+        if self.read_only:
+            log.warning("%s refused (EROFS): the mount is read-only", attr)
+            raise pyfuse3.FUSEError(errno.EROFS)
+        return attr
 
     @handler
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:

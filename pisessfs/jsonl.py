@@ -36,6 +36,7 @@ from .model import (
     Header,
     Problem,
     iso_or_none,
+    js_trim,
     ms_value,
     parse_ts_ms,
 )
@@ -269,8 +270,6 @@ def js_truthy(v: object) -> bool:
     return True  # arrays and objects, even empty ones
 
 
-_JS_SPACE = " \t\n\v\f\r\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
-_JS_SPACE += "\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 _DECIMAL = re.compile(r"[+-]?(?:Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)")
 _RADIX = re.compile(r"0([xX][0-9a-fA-F]+|[oO][0-7]+|[bB][01]+)")
 
@@ -293,7 +292,7 @@ def js_number(v: object) -> float:
         except OverflowError:
             return math.inf if v > 0 else -math.inf
     if isinstance(v, str):
-        t = v.strip(_JS_SPACE)
+        t = js_trim(v)
         if not t:
             return 0.0
         if len(t) < 400 and _DECIMAL.fullmatch(t):
@@ -346,7 +345,7 @@ class Stats:
         self.by_type[etype] = self.by_type.get(etype, 0) + 1
         if etype == "session_info":
             name = d.get("name")
-            self.name = name.strip() or None if isinstance(name, str) else None
+            self.name = js_trim(name) or None if isinstance(name, str) else None
         elif etype == "message":
             self.messages += 1
             msg = d.get("message")

@@ -187,3 +187,17 @@ class Harness:
     @property
     def version(self) -> object:
         return self.fields.get("version", self.fields.get("v"))
+
+
+#: What JavaScript's ``String.prototype.trim`` removes (WhiteSpace and LineTerminator of
+#: ECMA-262): Pi trims names and labels with it. Python's ``str.strip`` differs (it strips
+#: U+001C..U+001F and U+0085, keeps U+FEFF).
+JS_SPACE = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
+
+def js_trim(text: str) -> str:
+    """``text.trim()`` as JavaScript does it."""
+    return text.strip(JS_SPACE)

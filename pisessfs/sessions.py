@@ -49,6 +49,7 @@ _WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
 # (32 MiB), so each chunk is its own mapping, given back to the system when parsed.
 _CHUNK = 40 << 20
 INLINE_BYTES = 512 << 10  # parsed on the event loop at a time (a few ms at most)
+MIN_IDLE = 5.0  # seconds a parsed session is kept past the cap after its last use
 
 Work = Callable[[], object]  # blocking work a step hands back, to run off the loop
 
@@ -489,7 +490,8 @@ class Store:
         self.root = self.files.root
         self.cache_bytes = cache_bytes
         self._files: dict[str, SessionFile] = {}
-        self._lru: OrderedDict[str, int] = OrderedDict()  # path -> bytes held, oldest first
+        # path -> (bytes held, when last used), oldest first
+        self._lru: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self._total = 0
         self._listings: dict[str, tuple[int, list[Listing], dict[str, Listing]]] = {}
         self._lru_lock = threading.Lock()
@@ -561,7 +563,7 @@ class Store:
         if sf is not None:
             sf.forget()
             with self._lru_lock:
-                self._total -= self._lru.pop(path, 0)
+                self._total -= self._lru.pop(path, (0, 0.0))[0]
 
     def session(self, path: str) -> SessionFile:
         sf = self._files.get(path)
@@ -570,20 +572,25 @@ class Store:
         return sf
 
     def touch(self, sf: SessionFile) -> None:
-        """Mark ``sf`` recently used and drop others past the byte cap."""
+        """Mark ``sf`` recently used and drop others past the byte cap, oldest first, but
+        none used in the last :data:`MIN_IDLE` seconds: a session bigger than the cap (or a
+        working set that is) stays while it is in use, instead of being parsed again and
+        again."""
+        now = time.monotonic()
         with self._lru_lock:
             size = sf.loaded.nbytes() if sf.loaded is not None else 0
-            old = self._lru.get(sf.path, 0)
-            self._lru[sf.path] = size
-            self._lru.move_to_end(sf.path)  # O(1): this runs on every request
+            old = self._lru.pop(sf.path, (0, 0.0))[0]
+            self._lru[sf.path] = (size, now)  # last: O(1), this runs on every request
             self._total += size - old
             for path in list(self._lru):
-                if self._total <= self.cache_bytes or path == sf.path:
+                held, used = self._lru[path]
+                if self._total <= self.cache_bytes or now - used < MIN_IDLE:
                     break
                 victim = self._files[path]
                 victim.evict()
                 if victim.loaded is None:
-                    self._total -= self._lru.pop(path)
+                    self._total -= held
+                    del self._lru[path]
 
 
 def _is_session_name(name: str) -> bool:

@@ -25,11 +25,11 @@ import os
 import stat
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from . import render, summary
+from . import render, summary, writer
 from .model import Entry
 from .names import id_name, name_id
 from .scratch import Node, Overlay
@@ -219,7 +219,13 @@ class View:
         """
         hit = s.memo.get(kind)
         if hit is not None and (
-            any_version or hit[0] == s.version or (s.path, kind, hit[0]) in (waited or ())
+            any_version
+            or hit[0] == s.version
+            or (s.path, kind, hit[0]) in (waited or ())
+            # A session that keeps growing is rendered again no sooner than its last
+            # rendering took: tree.txt lags by one rendering, the session's lock is free
+            # for its appends most of the time, and a core is left for other requests.
+            or time.monotonic() - hit[2] < hit[3]
         ):
             return None
         if s.size < INLINE_BYTES:
@@ -426,6 +432,16 @@ class View:
         out = [(n, self.getattr(self.ino(k))) for n, k in self._list(key) if n not in hidden]
         return out + [(n, self.getattr(node.ino)) for n, node in ov.names.items()]
 
+    def names(self, ino: int) -> set[str]:
+        """The names a listing of folder ``ino`` shows, without their attributes (nothing is
+        rendered for them)."""
+        key = self.key(ino)
+        if key.kind not in _DIRS:
+            raise NotADir(ino)
+        names = {name for name, _ in self._list(key)}
+        ov = self.overlays.get(key)
+        return names if ov is None else (names - ov.whiteouts) | ov.names.keys()
+
     def _list(self, key: Key) -> list[tuple[str, Key]]:
         kind = key.kind
         if kind == "root":
@@ -470,13 +486,15 @@ class View:
             return self._folder_attr(ino, key.path or self.store.root)
         if kind == "sess":
             # From the file's stat alone, and one unreadable session fails only when entered.
+            # Writable where the file is: who may change it may empty its folder (rm -r, a
+            # walk that ends in the trash) and set its name.
             st = self._stat(key.path)
-            return self._bounded(ino, stat.S_IFDIR | 0o555, st, 0, st.mtime_ns, 2)
+            return self._bounded(ino, stat.S_IFDIR | 0o777, st, 0, st.mtime_ns, 2)
         s = self._session(key)
         ident = s.ident
         assert ident is not None
         if kind in ("leaves", "nodes"):
-            return self._bounded(ino, stat.S_IFDIR | 0o555, ident, 0, ident.mtime_ns, 2)
+            return self._bounded(ino, stat.S_IFDIR | 0o777, ident, 0, ident.mtime_ns, 2)
         if kind == "edir":
             e = self._entry(s, key.eid)
             return self._bounded(ino, stat.S_IFDIR | 0o777, ident, 0, _ns(e), 2, True)
@@ -499,8 +517,10 @@ class View:
             raise NotFound(path) from None
 
     def _folder_attr(self, ino: int, path: str) -> Attr:
+        """A project folder (or the root) with its own bits: who may move a session file
+        out of it may trash the session (``rmdir``)."""
         st = self._stat(path)
-        return self._bounded(ino, stat.S_IFDIR | 0o555, st, 0, st.mtime_ns, 2)
+        return self._bounded(ino, stat.S_IFDIR | 0o777, st, 0, st.mtime_ns, 2)
 
     def _bounded(  # noqa: PLR0917
         self,
@@ -574,12 +594,14 @@ class View:
         """Render a whole-session file of ``s`` (blocking in proportion to the session) and
         keep it in the memo of ``into`` (the live state ``s`` is a frozen copy of)."""
         version = s.version
+        start = time.monotonic()
         folder_of = lambda eid: self.folder_of(s, eid)  # noqa: E731
         if kind == "tree":
             data = summary.tree_txt(s, folder_of)
         else:
             data = summary.session_json(s, folder_of, set(self.listed(s)))
-        (into or s).memo[kind] = (version, data, time.monotonic())
+        done = time.monotonic()
+        (into or s).memo[kind] = (version, data, done, done - start)
         return data
 
     def snapshot(self, ino: int) -> Snapshot:
@@ -688,22 +710,54 @@ class View:
     # -- extended attributes ----------------------------------------------------------------
 
     def xattrs(self, ino: int) -> dict[str, bytes]:
-        """``user.pi.*`` attributes: entry id on entry nodes, session id and file on sessions."""
+        """``user.pi.*`` attributes: entry id (and label, if any) on entry nodes, session
+        id, file (and name, if any) on sessions. Name and label are what Pi shows."""
         key = self.key(ino)
         if key.kind in ("edir", "msg"):
-            return {"user.pi.id": key.eid.encode("utf-8", "surrogatepass")}
+            out = {"user.pi.id": _utf8(key.eid)}
+            s = self._session(key)
+            label = self._labels(s).get(self.label_target(s, key))
+            if isinstance(label, str):
+                out["user.pi.label"] = _utf8(label)
+            return out
         if key.kind == "scratch":
             return {}
         if key.kind == "sess":
             s = self._session(key)
             header = s.parser.header
-            return {
-                "user.pi.session": (header.session_id if header else "").encode(
-                    "utf-8", "surrogatepass"
-                ),
+            out = {
+                "user.pi.session": _utf8(header.session_id if header else ""),
                 "user.pi.file": os.fsencode(key.path),
             }
+            name = self.session_name(s)
+            if name is not None:
+                out["user.pi.name"] = _utf8(name)
+            return out
         return {}
+
+    def session_name(self, s: Loaded) -> str | None:
+        """The name Pi shows for the session (Pi's harness storage: its name fact)."""
+        if s.parser.harness is not None:
+            name = s.parser.harness_info.get("name")
+            return name if isinstance(name, str) and name else None
+        return writer.pi_name(s)
+
+    def label_target(self, s: Loaded, key: Key) -> str:
+        """The entry a label on this node is about: a message file's entry; for an entry
+        folder, the entry its files end with (its own, or, when it takes no number, like a
+        label or a name ending a branch, its nearest numbered ancestor), so a folder and its
+        last file carry one label, and ``current`` keeps showing it after a label moved it."""
+        if key.kind == "edir":
+            e = s.index.by_id.get(key.eid)
+            if e is not None and e.kind is None:
+                return s.index.anchor.get(key.eid) or key.eid
+        return key.eid
+
+    def _labels(self, s: Loaded) -> Mapping[str, object]:
+        if s.parser.harness is not None:
+            labels = s.parser.harness_info.get("labels")
+            return labels if isinstance(labels, dict) else {}
+        return s.index.labels
 
 
 class Snapshot:
@@ -759,6 +813,10 @@ def _as_folder(perm: int) -> int:
             if bits & 2:
                 out |= 2 << shift
     return out
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
 
 
 def _weight(r: Rendered) -> int:

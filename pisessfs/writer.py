@@ -1,17 +1,21 @@
-"""Appending one user message to a session file, safely: the only code that writes to one.
+"""Appending one line to a session file, safely: the only code that writes to one.
 
 This module owns the append recipe of pi-session-format.md ("Appending safely"): refuse
 files Pi would rewrite or not understand, refuse a file that shrank or was replaced since it
-was read and one whose live Pi writer holds a lock, build the line Pi itself would write
-(fresh 8-hex id, ISO entry time, millisecond message time), and put it in the file with one
-``O_APPEND`` write (a ``\\n`` first when the file lacks its final newline) and an ``fsync``
-before returning. Nothing else about the file is ever changed.
+was read and one whose live Pi writer holds a lock, build the line Pi itself would write (a
+user message: fresh 8-hex id, ISO entry time, millisecond message time; a ``session_info``
+or ``label`` line as Pi's ``appendSessionInfo`` and ``appendLabelChange`` write them), and
+put it in the file with one ``O_APPEND`` write (a ``\\n`` first when the file lacks its final
+newline) and an ``fsync`` before returning. Nothing else about the file is ever changed.
 
-It decides nothing about when to commit; ``scratch`` does.
+It also reads back what Pi reads of such lines (the session's name, Pi's leaf), so that what
+is written and what is shown follow one rule. It decides nothing about when to commit;
+``edits`` and ``actions`` do.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -24,7 +28,7 @@ from typing import Any
 import orjson
 
 from .files import Files, Unreadable
-from .model import iso_ms
+from .model import iso_ms, js_trim
 from .sessions import Identity, Loaded
 
 log = logging.getLogger(__name__)
@@ -176,17 +180,81 @@ def prepare(s: Loaded, msg: NewMessage, now: float | None = None) -> Pending:
         Locked: a live Pi writer holds the lock.
         Stale: the parent is not in the file, or the file was never read.
     """
-    check_writable(s)
-    check_unlocked(s)
+    ident = _appendable(s)
     if msg.parent_id is not None and msg.parent_id not in s.index.by_id:
         raise Stale(s.path, f"parent {msg.parent_id} is not in the file")
+    entry_id = _fresh_id(s)
+    line = build_line(entry_id, msg, time.time() if now is None else now)
+    return Pending(s.files, s.path, ident, entry_id, line, s.window)
+
+
+def prepare_entry(
+    s: Loaded, etype: str, fields: dict[str, Any], now: float | None = None
+) -> Pending:
+    """The line Pi's ``SessionManager`` appends for an entry of ``etype`` that is not a
+    message (``appendSessionInfo``: ``name``; ``appendLabelChange``: ``targetId`` and
+    ``label``): its keys in Pi's order, a fresh id, Pi's leaf as parent (the file's last
+    entry, as a Pi opening the file now would use), the ISO time, then ``fields``.
+
+    Raises what :func:`prepare` raises.
+    """
+    ident = _appendable(s)
+    entry_id = _fresh_id(s)
+    ms = int((time.time() if now is None else now) * 1000)
+    entry = {
+        "type": etype,
+        "id": entry_id,
+        "parentId": pi_leaf(s),
+        "timestamp": iso_ms(ms),
+        **fields,
+    }
+    return Pending(s.files, s.path, ident, entry_id, orjson.dumps(entry) + b"\n", s.window)
+
+
+def _appendable(s: Loaded) -> Identity:
+    check_writable(s)
+    check_unlocked(s)
     if s.ident is None:
         raise Stale(s.path, "the file was never read")
+    return s.ident
+
+
+def _fresh_id(s: Loaded) -> str:
     taken = s.index.by_id  # every id of the file (a duplicate's id is there once)
     tail = s.parser.tail
-    entry_id = new_id(lambda i: i in taken or (tail is not None and tail.id == i))
-    line = build_line(entry_id, msg, time.time() if now is None else now)
-    return Pending(s.files, s.path, s.ident, entry_id, line, s.window)
+    return new_id(lambda i: i in taken or (tail is not None and tail.id == i))
+
+
+# -- what Pi reads back ------------------------------------------------------------------------
+
+def has_own_id(s: Loaded, eid: str) -> bool:
+    """Whether entry ``eid`` has that id in its line (ids like ``L12`` are made up for lines
+    without one: Pi cannot point at those)."""
+    e = s.index.by_id.get(eid)
+    return e is not None and s.parsed(e).get("id") == eid
+
+
+def pi_leaf(s: Loaded) -> str | None:
+    """Pi's leaf: the parent Pi gives the next entry it appends (the file's last entry, or
+    none when that entry has no id of its own)."""
+    eid = s.index.resume
+    return eid if eid is not None and has_own_id(s, eid) else None
+
+
+def pi_name(s: Loaded) -> str | None:
+    """The name Pi shows (``getSessionName``): the last ``session_info`` line decides, its
+    name trimmed as JavaScript trims; a blank or missing name is none (a clear)."""
+    memo = s.memo.get("pi-name")
+    if memo is not None and memo[0] == s.version:
+        return memo[1]  # type: ignore[no-any-return]
+    name: str | None = None
+    tail = s.parser.tail
+    for e in itertools.chain((tail,) if tail is not None else (), reversed(s.parser.entries)):
+        if e.type == "session_info":
+            name = js_trim(e.note) or None if e.note is not None else None
+            break
+    s.memo["pi-name"] = (s.version, name)
+    return name
 
 
 def write(p: Pending) -> None:
@@ -208,7 +276,7 @@ def write(p: Pending) -> None:
         st = os.fstat(fd)
         _check_same(p, fd, st)
         line = p.line
-        if st.st_size and os.pread(fd, 1, st.st_size - 1) != b"\n":
+        if _torn(fd, st.st_size):
             line = b"\n" + line  # the repair Pi itself makes before appending
         written = os.write(fd, line)
         if written != len(line):
@@ -216,6 +284,25 @@ def write(p: Pending) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+_SETTLE_S = 0.002  # how long a file's end must stay put to count as torn, not being written
+_SETTLE_TRIES = 50
+
+
+def _torn(fd: int, size: int) -> bool:
+    """Whether the file ends without its newline for good (a torn tail to repair), not
+    because another writer (Pi) is in the middle of writing a line: a long line reaches the
+    file page by page, so its end is missing for a moment. Blocking: runs off the loop."""
+    for _ in range(_SETTLE_TRIES):
+        if not size or os.pread(fd, 1, size - 1) == b"\n":
+            return False
+        time.sleep(_SETTLE_S)
+        now = os.fstat(fd).st_size
+        if now == size:
+            return True
+        size = now
+    return True
 
 
 def _check_same(p: Pending, fd: int, st: os.stat_result) -> None:
