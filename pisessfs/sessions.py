@@ -18,6 +18,7 @@ It knows nothing of inodes or FUSE.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import errno
@@ -29,7 +30,7 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +53,34 @@ INLINE_BYTES = 512 << 10  # parsed on the event loop at a time (a few ms at most
 MIN_IDLE = 5.0  # seconds a parsed session is kept past the cap after its last use
 
 Work = Callable[[], object]  # blocking work a step hands back, to run off the loop
+
+class _Collector:
+    """The cyclic collector paused while a session is parsed, indexed or rendered whole.
+
+    Such work makes millions of objects, none in a cycle, and a full collection would walk
+    them all holding every thread (seconds on a 1 GB session: every request of the mount
+    waits). Counted, because several threads may be doing it at once."""
+
+    def __init__(self) -> None:
+        self.holds = 0
+        self.lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        with self.lock:
+            self.holds += 1
+            if self.holds == 1:
+                gc.disable()
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.holds -= 1
+                if self.holds == 0:
+                    gc.enable()
+
+
+no_gc = _Collector().paused
 
 
 def _yield_marker() -> None:
@@ -178,9 +207,7 @@ class Loaded:
         """Parse the bytes of ``fd`` after those parsed so far, up to ``ident.size``, at most
         ``limit`` of them (cut at a line's end); True when all are parsed. The index is not
         touched: :meth:`index_new` does that."""
-        was_enabled = gc.isenabled()
-        gc.disable()  # ~10 objects per line, none cyclic: the collector only slows this down
-        try:
+        with no_gc():
             offset = self.size
             while offset < ident.size:
                 want = ident.size - offset
@@ -196,9 +223,6 @@ class Loaded:
                 self._feed(chunk)
                 if limit is not None:
                     break
-        finally:
-            if was_enabled:
-                gc.enable()
         done = self.size >= ident.size
         self.ident = dataclasses.replace(
             ident, size=self.size, mtime_ns=ident.mtime_ns if done else 0
@@ -262,7 +286,8 @@ class Loaded:
 
     def rebuild(self) -> None:
         """Build the index anew from every entry (blocking for a big session)."""
-        self.index = Index(self.entries)
+        with no_gc():
+            self.index = Index(self.entries)
         self._tail = self.parser.tail
         self.consumed = len(self.parser.entries)
         self.version += 1

@@ -33,7 +33,16 @@ from . import render, summary, writer
 from .model import Entry
 from .names import id_name, name_id
 from .scratch import Node, Overlay
-from .sessions import INLINE_BYTES, YIELD, Identity, Loaded, SessionFile, Store, Work
+from .sessions import (
+    INLINE_BYTES,
+    YIELD,
+    Identity,
+    Loaded,
+    SessionFile,
+    Store,
+    Work,
+    no_gc,
+)
 
 log = logging.getLogger(__name__)
 
@@ -233,11 +242,12 @@ class View:
             return None
 
         def work() -> None:
-            with sf.lock:  # a copy no append changes, made while none runs
-                if sf.loaded is not s:
-                    return
-                frozen = s.frozen()
-            self._render(frozen, kind, into=s)
+            with no_gc():
+                with sf.lock:  # a copy no append changes, made while none runs
+                    if sf.loaded is not s:
+                        return
+                    frozen = s.frozen()
+                self._render(frozen, kind, into=s)
             if waited is not None:
                 waited.add((s.path, kind, frozen.version))
             with sf.lock:

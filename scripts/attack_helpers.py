@@ -506,7 +506,7 @@ def appender(path: Path, record: Path, interval: float, stop: Event) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     n = 0
     while not stop.is_set():
-        eid = os.urandom(4).hex()
+        eid = f"{0xD0000000 + n:08x}"  # unique: random ids collide over 50,000 lines
         tok = token("APP", n)
         filler = "pi " * (20, 200, 2000, 8000)[n % 4]  # tool output sized lines cross pages
         data = pi_line(eid, parent, "user" if n % 2 else "assistant", f"{tok} {filler}")
