@@ -327,6 +327,7 @@ class SessionFile:
         self._fingerprint: tuple[Identity, int] | None = None  # kept across eviction
         self.lock = threading.Lock()  # held while the state changes or is read whole
         self.recheck = False  # the file's owner or mode may have changed: stat it again
+        self.working = 0  # threads reading the state without its lock (renders): kept
 
     def stat(self) -> os.stat_result:
         st = self.store.files.lstat(self.path)
@@ -464,7 +465,9 @@ class SessionFile:
 
     def evict(self) -> None:
         cur = self.loaded
-        if cur is None or cur.ident is None or not self.lock.acquire(blocking=False):
+        if cur is None or cur.ident is None or self.working:
+            return  # a thread renders it: evicted now, it would be parsed again, forever
+        if not self.lock.acquire(blocking=False):
             return  # a thread is reading it whole: it stays until the next pass
         try:
             self._fingerprint = (cur.ident, zlib.crc32(cur.window))

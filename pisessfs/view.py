@@ -247,7 +247,12 @@ class View:
                     if sf.loaded is not s:
                         return
                     frozen = s.frozen()
-                self._render(frozen, kind, into=s)
+                    sf.working += 1  # not evicted while rendered
+                try:
+                    self._render(frozen, kind, into=s)
+                finally:
+                    with sf.lock:
+                        sf.working -= 1
             if waited is not None:
                 waited.add((s.path, kind, frozen.version))
             with sf.lock:
