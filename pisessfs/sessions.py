@@ -419,7 +419,20 @@ class SessionFile:
         return cur.pread(w, cur.size - w) == cur.window
 
     def _reload(self) -> None:
-        """Read the file whole into a new state (under the lock)."""
+        """Read the file whole into a new state (under the lock).
+
+        The collector stays paused from the first byte to :func:`gc.freeze`: resumed in
+        between, its first young-generation pass would walk every object just made (seconds
+        on a 1 GB session, every thread waiting)."""
+        with no_gc():
+            fresh = self._read_whole()
+            fresh.rebuild()
+            self.loaded = fresh
+            self._fingerprint = None
+            if fresh.size >= INLINE_BYTES:
+                gc.freeze()  # never walked again: none of these objects is in a cycle
+
+    def _read_whole(self) -> Loaded:
         fd = self.store.files.open(self.path)
         try:
             st = os.fstat(fd)  # the identity of exactly what is read
@@ -436,13 +449,7 @@ class SessionFile:
                 raise Unreadable(self.path, err) from None
         finally:
             os.close(fd)
-        fresh.rebuild()
-        self.loaded = fresh
-        self._fingerprint = None
-        if fresh.size >= INLINE_BYTES:
-            # The collector would walk these millions of objects (none in a cycle) in every
-            # full collection, holding every thread for a tenth of a second: it skips them.
-            gc.freeze()
+        return fresh
 
     def _continues_evicted(self, st: os.stat_result, fd: int) -> bool:
         if self._fingerprint is None:
