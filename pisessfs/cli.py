@@ -22,7 +22,6 @@ import select
 import shutil
 import socket
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -500,22 +499,8 @@ def umount(path: str, lazy: bool = False) -> int:
 
 
 def _stale(mnt: str, timeout: float = 2.0) -> bool:
-    """Whether the mount's daemon is gone: opening its root answers ENOTCONN or ECONNABORTED
-    (an open always reaches the daemon; a stat may be answered from the kernel's cache). Asked
-    in a thread, so that a live but stuck mount cannot hang the command (it counts as live)."""
-    answer: list[int] = []
-
-    def probe() -> None:
-        try:
-            os.close(os.open(mnt, os.O_RDONLY | os.O_DIRECTORY))
-            answer.append(0)
-        except OSError as err:
-            answer.append(err.errno or 0)
-
-    t = threading.Thread(target=probe, daemon=True)
-    t.start()
-    t.join(timeout)
-    return bool(answer) and answer[0] in (errno.ENOTCONN, errno.ECONNABORTED)
+    """Whether the mount's daemon is gone (a live but stuck one counts as live)."""
+    return mountpoint.probe(mnt, timeout) in mountpoint.DEAD
 
 
 def show_status(as_json: bool = False) -> int:

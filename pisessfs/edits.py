@@ -233,7 +233,7 @@ class Editor:
             if mtime_ns is not None:
                 node.mtime_ns = mtime_ns
         # chmod/utimens on a message file are accepted and change nothing (editors do them)
-        return self.attr(ino)
+        return self.view.getattr(ino)
 
     def _truncate(self, h: Handle, size: int) -> None:
         if h.node is not None:
@@ -243,11 +243,6 @@ class Editor:
             del h.buf[size:]
             h.buf.extend(bytes(size - len(h.buf)))
         h.dirty = True
-
-    def attr(self, ino: int) -> Attr:
-        """What ``stat`` shows: the committed file, never a writer's unsaved bytes (a reader
-        sees one version with its exact size)."""
-        return self.view.getattr(ino)
 
     # -- committing -------------------------------------------------------------------------
 

@@ -176,12 +176,12 @@ class Operations(pyfuse3.Operations):
         await self._ready(parent_inode)
         child = self.view.resolve(parent_inode, os.fsdecode(name))
         await self._ready(child, attr_only=True)  # tree.txt's size: rendered off the loop
-        return self._entry(self.editor.attr(child))
+        return self._entry(self.view.getattr(child))
 
     @handler
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         await self._ready(inode, attr_only=True)
-        return self._entry(self.editor.attr(inode))
+        return self._entry(self.view.getattr(inode))
 
     @handler
     async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:

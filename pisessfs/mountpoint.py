@@ -18,6 +18,7 @@ import re
 import shutil
 import stat
 import subprocess
+import threading
 from dataclasses import dataclass, field
 
 MOUNTINFO = "/proc/self/mountinfo"
@@ -272,3 +273,27 @@ def _umount2(path: str, flags: int) -> None:
     if libc.umount2(os.fsencode(path), ctypes.c_int(flags)) != 0:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code), path)
+
+
+#: What opening the root of a FUSE mount whose daemon is gone answers.
+DEAD = (errno.ENOTCONN, errno.ECONNABORTED)
+
+
+def probe(path: str, timeout: float) -> int | None:
+    """Open the root of the mount on ``path`` and say how it answered: 0, an errno (``DEAD``
+    for a daemon that is gone), or None when it did not answer within ``timeout`` (a live
+    but stuck daemon). An open always reaches the daemon, where a stat may be answered from
+    the kernel's cache; it is asked in a thread, so a stuck mount cannot hang the caller."""
+    answer: list[int] = []
+
+    def ask() -> None:
+        try:
+            os.close(os.open(path, os.O_RDONLY | os.O_DIRECTORY))
+            answer.append(0)
+        except OSError as err:
+            answer.append(err.errno or errno.EIO)
+
+    t = threading.Thread(target=ask, daemon=True)
+    t.start()
+    t.join(timeout)
+    return answer[0] if answer else None

@@ -393,17 +393,9 @@ class SessionFile:
             if self.loaded is not None:
                 self.loaded.rebuild()
 
-    def load(self, whole_only: bool = False) -> Loaded:
+    def load(self) -> Loaded:
         """The state brought up to date with the file, blocking as long as that takes (for
-        tests, scripts and threads that hold nothing; the mount steps instead).
-
-        ``whole_only``: only what a thread may do while the loop reads the state (a whole
-        read into a new state); appends are left to the next step on the loop.
-        """
-        if whole_only:
-            self.reload()
-            if self.loaded is not None:
-                return self.loaded
+        tests, scripts and threads that hold nothing; the mount steps instead)."""
         while (work := self.step()) is not None:
             if work is not YIELD:
                 work()

@@ -83,6 +83,7 @@ from attack_helpers import (
     Clock,
     Daemon,
     Inotify,
+    Lines,
     Probe,
     Row,
     appender,
@@ -370,6 +371,14 @@ SAVES: list[tuple[str, Callable[[Path, str], bool]]] = [
 ]
 
 
+def checked(ctx: Ctx, part: str, session: Path, succeeded: list[str]) -> Lines:
+    """The session file's lines checked against the saves that said success; the first lost
+    ones and bad lines go to the notes."""
+    lines = check_lines(session.read_bytes(), succeeded)
+    ctx.notes += [f"{part}: lost {t}" for t in lines.lost_tokens[:10]] + lines.samples
+    return lines
+
+
 def mount_saves(folder: Path, clock: Clock, seconds: float) -> tuple[list[str], int]:
     """Saves of every kind in turn for ``seconds``: (tokens of the saves that said success,
     how many were tried)."""
@@ -432,8 +441,7 @@ def part_soak(ctx: Ctx) -> list[Row]:
     child, stop = start_child(appender, real, rec, 0.005)
     ok, tried = mount_saves(folder, clock, ctx.scale.soak_seconds)
     end_child(child, stop)
-    lines = check_lines(real.read_bytes(), ok + recorded(rec))
-    ctx.notes += [f"soak: lost {t}" for t in lines.lost_tokens[:10]] + lines.samples
+    lines = checked(ctx, "soak", real, ok + recorded(rec))
     return [
         info(
             "soak",
@@ -551,8 +559,7 @@ def part_kill(ctx: Ctx) -> list[Row]:
     for rnd in range(ctx.scale.kill_rounds):
         with cpu_load((os.cpu_count() or 2) if rnd % 2 else 0):
             rounds.append(kill_round(d, rnd, rec))
-    lines = check_lines(real.read_bytes(), recorded(rec))
-    ctx.notes += [f"kill: lost {t}" for t in lines.lost_tokens[:10]] + lines.samples
+    lines = checked(ctx, "kill", real, recorded(rec))
     return [
         info(
             "kill",

@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from pisessfs import mountpoint  # noqa: E402
 from tests import damaged  # noqa: E402
 from tests.conftest import is_mounted  # noqa: E402
 
@@ -205,24 +206,13 @@ def stop_all() -> None:
 
 def state(mnt: Path, timeout: float = 3.0) -> str:
     """The mount's state: "gone" (not in the mount table), "dead" (ENOTCONN/ECONNABORTED),
-    "stuck" (no answer within ``timeout``) or "up"; an open always reaches the daemon."""
+    "stuck" (no answer within ``timeout``) or "up"."""
     if not is_mounted(mnt):
         return "gone"
-    answer: list[int] = []
-
-    def probe() -> None:
-        try:
-            os.close(os.open(mnt, os.O_RDONLY | os.O_DIRECTORY))
-            answer.append(0)
-        except OSError as err:
-            answer.append(err.errno or -1)
-
-    t = threading.Thread(target=probe, daemon=True)
-    t.start()
-    t.join(timeout)
-    if not answer:
+    answer = mountpoint.probe(str(mnt), timeout)
+    if answer is None:
         return "stuck"
-    return "dead" if answer[0] in (errno.ENOTCONN, errno.ECONNABORTED) else "up"
+    return "dead" if answer in mountpoint.DEAD else "up"
 
 
 def poll(cond: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
