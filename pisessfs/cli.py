@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from . import __version__, mountpoint, status
+from . import __version__, mountpoint, status, unit
+from .unit import UNIT
 
 log = logging.getLogger("pisessfs")
 
@@ -37,7 +38,6 @@ LOG_BYTES = 8 << 20  # a log file is rotated past this size ...
 LOG_BACKUPS = 2  # ... and keeps this many old ones: at most 24 MiB per mountpoint
 FSTYPE = status.FSTYPE  # what mountinfo says of our mounts (subtype=pisessfs)
 COMMANDS = ("mount", "umount", "demo", "status", "install-unit")
-UNIT = "pisessfs@.service"
 # -o options: what they set, the kernel flags passed on, and those with nothing to do here
 # (mount(8) and mount.fuse3 pass some on: rw, nosuid, nodev, noexec with "user", dev, suid).
 OPTION_FLAGS = {"ro", "nonempty", "allow_other", "debug"}
@@ -586,67 +586,6 @@ def _mib(n: int | None) -> str:
     return "?" if n is None else f"{n / (1 << 20):.1f} MiB"
 
 
-def unit_dir() -> Path:
-    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(config) / "systemd" / "user"
-
-
-def unit_text(sessions: Path, options: list[str], allow_other: bool) -> str:
-    """The systemd user unit: a template, one mount per instance (the escaped mountpoint).
-
-    ``Type=notify``: the daemon runs in the foreground (``-f``: its main process is the one
-    systemd started, its log goes to the journal) and sends READY=1 once the mount is up, so
-    ``systemctl start`` returns when the folder is usable and units ordered after it find it
-    mounted (``Type=simple`` would call it started before it mounted, or when mounting failed).
-    ``ExecStop`` unmounts cleanly; when the mount is busy it names who holds it, and the
-    SIGTERM that follows detaches it. ``KillMode=mixed``: that SIGTERM reaches the daemon
-    only, so a watchdog whose daemon died still detaches the dead mount."""
-    me = " ".join(_unit_quote(a) for a in _program())
-    extra = [*(["-o", ",".join(options)] if options else []), *(["--allow-other"] * allow_other)]
-    args = " ".join(_unit_quote(a) for a in ["--sessions", str(sessions), *extra])
-    return f"""\
-# {UNIT}: written by `pisessfs install-unit` (pisessfs {__version__}).
-# One mount per instance, named by its mountpoint, escaped; for ~/pi:
-#   systemctl --user enable --now pisessfs@$(systemd-escape --path ~/pi).service
-[Unit]
-Description=Pi sessions mounted on %f (pisessfs)
-StartLimitIntervalSec=120
-StartLimitBurst=3
-
-[Service]
-Type=notify
-ExecStart={me} mount -f {args} "%f"
-ExecStop={me} umount "%f"
-KillMode=mixed
-Restart=on-failure
-RestartSec=10
-
-[Install]
-WantedBy=default.target
-"""
-
-
-def _unit_quote(word: str) -> str:
-    """One word of a unit's command line: quoted, specifiers (%) and variables ($) escaped."""
-    if "\n" in word:
-        raise ValueError(f"a unit cannot hold a newline: {word!r}")
-    for a, b in (("\\", "\\\\"), ('"', '\\"'), ("%", "%%"), ("$", "$$")):
-        word = word.replace(a, b)
-    plain = word and all(c.isalnum() or c in "/._-+=,:@" for c in word)
-    return word if plain else f'"{word}"'
-
-
-def _program() -> list[str]:
-    """This program as a unit runs it: the ``pisessfs`` script, else ``python -m``."""
-    script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    if os.path.basename(script) == "pisessfs" and os.access(script, os.X_OK):
-        return [script]
-    sibling = os.path.join(os.path.dirname(sys.executable), "pisessfs")
-    if os.access(sibling, os.X_OK):
-        return [sibling]
-    return [sys.executable, "-m", "pisessfs.cli"]
-
-
 def install_unit(args: argparse.Namespace) -> int:
     try:
         o = parse_options(args.options)
@@ -657,13 +596,13 @@ def install_unit(args: argparse.Namespace) -> int:
     if not sessions.is_dir():
         return _fail(f"no sessions folder at {sessions} (--sessions DIR)", 2)
     try:
-        text = unit_text(sessions.resolve(), options, args.allow_other or o.allow_other)
+        text = unit.unit_text(sessions.resolve(), options, args.allow_other or o.allow_other)
     except ValueError as err:
         return _fail(str(err), 2)
     if args.print:
         sys.stdout.write(text)
         return 0
-    path = unit_dir() / UNIT
+    path = unit.unit_dir() / UNIT
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")

@@ -12,6 +12,7 @@ PKG = Path(__file__).resolve().parent.parent / "pisessfs"
 # Each module may import only modules after it in this list.
 ORDER = [
     "cli",
+    "unit",
     "mount",
     "watchdog",
     "status",

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from pisessfs import cli, mountpoint
+from pisessfs import cli, mountpoint, unit
 from tests.conftest import (
     REPO,
     fuse_missing,
@@ -472,7 +472,7 @@ def test_mount_options_are_parsed_as_mount_writes_them() -> None:
 
 
 def test_unit_words_are_quoted_for_systemd() -> None:
-    assert cli._unit_quote("/home/ana/.pi/agent/sessions") == "/home/ana/.pi/agent/sessions"
-    assert cli._unit_quote('/a b/100%/$x"\\') == '"/a b/100%%/$$x\\"\\\\"'
+    assert unit.quote("/home/ana/.pi/agent/sessions") == "/home/ana/.pi/agent/sessions"
+    assert unit.quote('/a b/100%/$x"\\') == '"/a b/100%%/$$x\\"\\\\"'
     with pytest.raises(ValueError):
-        cli._unit_quote("a\nb")
+        unit.quote("a\nb")
