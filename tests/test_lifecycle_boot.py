@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -423,7 +424,18 @@ def test_without_fuse3_installed_the_demo_says_what_to_do_in_one_line(tmp_path: 
     assert (
         said == "pisessfs: fusermount3 is not installed (apt install fuse3): FUSE mounts need it\n"
     )
-    said = one_line(hidden("fusermount3", str(REPO / "scripts" / "demo"), str(mnt), user=True))
+    # nobody runs a copy in a folder everyone can reach: the clone may sit in a 0700 folder
+    # (mktemp -d), and the script says what to do before it touches anything of the repo.
+    reachable = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    try:
+        os.chmod(reachable, 0o755)
+        (reachable / "scripts").mkdir(mode=0o755)
+        script = reachable / "scripts" / "demo"
+        shutil.copy2(REPO / "scripts" / "demo", script)
+        os.chmod(script, 0o755)
+        said = one_line(hidden("fusermount3", str(script), str(mnt), user=True))
+    finally:
+        shutil.rmtree(reachable)
     assert said == (
         "demo: FUSE's tools are not installed: sudo apt install fuse3 libfuse3-dev pkg-config, "
         "then run this again\n"
