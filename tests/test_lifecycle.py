@@ -136,12 +136,23 @@ def test_kill_9_leaves_no_dead_mount_even_when_auto_unmount_fails(
     no_traceback(m)
 
 
+def fds_of(pid: int) -> list[str]:
+    """What ``pid``'s descriptors lead to. A process still starting (the watchdog imports
+    its modules) opens and closes files meanwhile: a descriptor gone by the time it is read
+    held nothing that stays (``/dev/fuse`` would)."""
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):
+            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return out
+
+
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "fusermount3 -u"])
 def test_a_clean_unmount_leaves_nothing_behind(sessions: Path, how: str) -> None:
     with mounted(sessions) as m:
         wd = watchdog_of(m.path)
         assert wd is not None, "no watchdog process"
-        held = [os.readlink(f"/proc/{wd}/fd/{fd}") for fd in os.listdir(f"/proc/{wd}/fd")]
+        held = fds_of(wd)
         assert "/dev/fuse" not in held and os.readlink(f"/proc/{wd}/cwd") == "/", held
         if how == "fusermount3 -u":
             subprocess.run(["fusermount3", "-u", str(m.path)], check=True)

@@ -32,6 +32,7 @@ from tests.conftest import (
 )
 from tests.test_lifecycle import (
     defeat_auto_unmount,
+    fds_of,
     kill_9,
     pisessfs,
     process_inside,
@@ -86,7 +87,7 @@ def daemon_of(mnt: Path) -> int:
         try:
             with open(f"/proc/{name}/cmdline", "rb") as f:
                 argv = f.read().decode(errors="replace").split("\0")
-            fds = [os.readlink(f"/proc/{name}/fd/{fd}") for fd in os.listdir(f"/proc/{name}/fd")]
+            fds = fds_of(int(name))
         except OSError:
             continue
         if "mount" in argv and str(mnt) in argv and "/dev/fuse" in fds:
