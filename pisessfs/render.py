@@ -444,7 +444,11 @@ def slug(text: str, limit: int = 40) -> str:
 
 
 def one_line(text: str, limit: int = 80) -> str:
-    flat = " ".join(text.split())
+    """``text`` on one line (runs of white space as one space), cut at ``limit``."""
+    head = text[: limit * 4]  # a preview of a 10 MB tool output looks at its start
+    flat = " ".join(head.split())
+    if len(flat) <= limit and len(head) < len(text):
+        flat = " ".join(text.split())  # mostly white space: look further
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 

@@ -176,11 +176,14 @@ class Loaded:
         f.memo = {k: v for k, v in self.memo.items() if k not in VOLATILE}
         return f
 
-    def adopt_stats(self, f: Loaded) -> None:
-        """Keep what a frozen copy counted (under the lock), so the next count goes on from
-        there."""
+    def adopt(self, f: Loaded) -> None:
+        """Keep what a frozen copy counted and memoised (under the lock), so the next render
+        goes on from there."""
         if f._counted > self._counted:
             self._stats, self._counted = f._stats, f._counted
+        for k, v in f.memo.items():
+            if k not in VOLATILE:
+                self.memo.setdefault(k, v)
 
     def pread(self, size: int, offset: int) -> bytes:
         ident = self.ident

@@ -6,36 +6,67 @@ leaf folder names the view gives it; it does not decide the layout or touch the 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from . import render
 from .jsonl import Parser
-from .model import iso_or_none
+from .model import Entry, iso_or_none
 from .sessions import Loaded
 
 FolderOf = Callable[[str], str]  # entry id -> "leaves/<name>" or "nodes/<id>"
 
 
-def previews(s: Loaded) -> dict[str, str]:
-    """One preview per winning entry, tool results shown as their call (one parse each)."""
-    calls: dict[str, dict[str, Any]] = {}
-    out: dict[str, str] = {}
-    winners = s.index.by_id
-    for e in s.entries:
+class Previews:
+    """Every entry's preview, made once: a growing session's tree.txt is rendered again
+    after each change, and only the new lines are parsed for it (entries never change).
+
+    Shared by the frozen copies a render works on (an entry-derived memo), hence the lock.
+    Keyed by a line's start and end: a torn tail that is completed later is made again.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.done = 0  # entries of the file looked at, in file order
+        self.texts: dict[int, tuple[int, str]] = {}  # line start -> (end, preview)
+        self.calls: dict[str, dict[str, Any]] = {}  # tool call id -> the call
+
+    def of(self, s: Loaded) -> dict[str, str]:
+        """One preview per winning entry, tool results shown as their call."""
+        with self.lock:
+            entries = s.entries
+            for e in entries[self.done :]:
+                self._add(s, e)
+            self.done = len(s.parser.entries)  # a torn tail is looked at again next time
+            out: dict[str, str] = {}
+            for eid, e in s.index.by_id.items():
+                hit = self.texts.get(e.start)
+                if hit is None or hit[0] != e.end:
+                    self._add(s, e)
+                    hit = self.texts.get(e.start)
+                if hit is not None:
+                    out[eid] = hit[1]
+            return out
+
+    def _add(self, s: Loaded, e: Entry) -> None:
         d = s.parsed(e)
         if not d:
-            continue
+            return
         msg = render.message_of(d)
         if msg.get("role") == "assistant":
             for b in render.blocks(msg.get("content")):
                 if b.get("type") == "toolCall" and isinstance(b.get("id"), str):
-                    calls[b["id"]] = b
-        if winners.get(e.id) is e:
-            call_id = msg.get("toolCallId") if msg.get("role") == "toolResult" else None
-            call = calls.get(call_id) if isinstance(call_id, str) else None
-            out[e.id] = render.preview(d, call)
-    return out
+                    self.calls[b["id"]] = b
+        call_id = msg.get("toolCallId") if msg.get("role") == "toolResult" else None
+        call = self.calls.get(call_id) if isinstance(call_id, str) else None
+        self.texts[e.start] = (e.end, render.preview(d, call))
+
+
+def previews(s: Loaded) -> dict[str, str]:
+    """One preview per winning entry (see :class:`Previews`)."""
+    made: Previews = s.memo.setdefault("previews", Previews())
+    return made.of(s)
 
 
 def tree_txt(s: Loaded, folder_of: FolderOf) -> bytes:
@@ -43,7 +74,11 @@ def tree_txt(s: Loaded, folder_of: FolderOf) -> bytes:
     ix = s.index
     texts = previews(s)
     width = render.number_width(max(ix.num.values(), default=0))
-    lines: list[str] = []
+    out = _Chunks()
+    head = f"# {len(ix.order)} entries, {len(ix.all_leaves())} leaves"
+    if ix.resume:
+        head += f"; resume leaf {ix.resume} ({folder_of(ix.resume)})"
+    out.add(head)
     # stack items: (id, prefix for this line, prefix for what follows below it)
     roots = ix.roots
     stack: list[tuple[str, str, str]] = []
@@ -51,22 +86,56 @@ def tree_txt(s: Loaded, folder_of: FolderOf) -> bytes:
         stack.append(_branch(r, "", i == len(roots) - 1) if len(roots) > 1 else (r, "", ""))
     while stack:
         eid, lead, rest = stack.pop()
-        lines.append(_row(s, eid, lead, texts, width))
+        out.add(_row(s, eid, _shown(lead), texts, width))
         kids = ix.children.get(eid, [])
         if len(kids) == 1:
             stack.append((kids[0], rest, rest))
         else:
             for i, k in reversed(list(enumerate(kids))):
                 stack.append(_branch(k, rest, i == len(kids) - 1))
-    head = f"# {len(ix.order)} entries, {len(ix.all_leaves())} leaves"
-    if ix.resume:
-        head += f"; resume leaf {ix.resume} ({folder_of(ix.resume)})"
-    body = [head, *lines]
     problems = s.problems()
     if problems:
-        body += ["", f"# problems ({len(problems)})"]
-        body += [f"line {p.line}: {p.kind}: {p.detail}" for p in problems]
-    return render.encode("\n".join(body) + "\n")  # ids and paths may hold lone surrogates
+        out.add("")
+        out.add(f"# problems ({len(problems)})")
+        for p in problems:
+            out.add(f"line {p.line}: {p.kind}: {p.detail}")
+    return out.bytes()
+
+
+#: Tree connectors shown in full down to this many branch levels; deeper rows show the
+#: number of levels left out, then the last ones (a session forked 600 times along one line
+#: would otherwise give each row a prefix of 1,800 characters: a tree.txt of 600 MB).
+MAX_LEVELS = 16
+
+
+def _shown(lead: str) -> str:
+    cut = len(lead) - 3 * MAX_LEVELS
+    return f"⋯{cut // 3} " + lead[cut:] if cut > 0 else lead
+
+
+class _Chunks:
+    """Lines encoded a few thousand at a time: no single call of a big session's rendering
+    holds the interpreter for long (each C call keeps other threads, the request loop
+    among them, waiting until it returns)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.done: list[bytes] = []
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+        if len(self.lines) >= 4096:
+            self._flush()
+
+    def _flush(self) -> None:
+        self.lines.append("")  # each chunk ends with its newline
+        self.done.append(render.encode("\n".join(self.lines)))  # lone surrogates: U+FFFD
+        self.lines = []
+
+    def bytes(self) -> bytes:
+        if self.lines:
+            self._flush()
+        return b"".join(self.done)
 
 
 def _branch(eid: str, prefix: str, last: bool) -> tuple[str, str, str]:
@@ -121,7 +190,7 @@ def session_json(s: Loaded, folder_of: FolderOf, listed: set[str]) -> bytes:
                 "id": leaf,
                 "folder": folder_of(leaf),
                 "listed": leaf in listed,
-                "files": len(ix.numbered_path(leaf)),
+                "files": ix.files_on_path(leaf),
             }
             for leaf in ix.all_leaves()
         ],

@@ -297,6 +297,10 @@ class Index:
         out.reverse()
         return out
 
+    def files_on_path(self, eid: str) -> int:
+        """How many numbered files the folder of ``eid`` shows (the number of the last)."""
+        return self.num.get(eid, 0)
+
     def last_of_kind(self, eid: str, kind: str) -> Entry | None:
         """The nearest numbered entry of ``kind`` on the path root..eid, walking up."""
         cur = self.anchor.get(eid)

@@ -256,7 +256,7 @@ class View:
             if waited is not None:
                 waited.add((s.path, kind, frozen.version))
             with sf.lock:
-                s.adopt_stats(frozen)
+                s.adopt(frozen)
             known = self._ino.get(Key(kind, s.path))
             if known is not None:
                 self.invalidations.append((known, None))  # its size changed

@@ -322,6 +322,34 @@ def test_appending_many_siblings_costs_what_they_add() -> None:
     assert keys == sorted(keys)
 
 
+def test_a_line_forked_many_times_renders_in_linear_time_and_size(tmp_path: Path) -> None:
+    """A chain forked every 10 entries (the 1 GiB attack session's shape): each fork nests
+    tree.txt one level deeper, and session.json walked every leaf's path to count its files.
+    Rows stay short (deep levels are counted, not drawn) and counts come from the index."""
+    from pisessfs import summary
+    from pisessfs.sessions import Store
+    from pisessfs.view import View
+
+    data, parent = damaged.line(damaged.HEADER), None
+    n = 3000
+    for i in range(n):
+        fork = f"{i - 5:08x}" if i % 10 == 9 else parent
+        data += damaged.line(damaged.user(f"{i:08x}", fork, f"m{i}", 1 + i % 50))
+        parent = f"{i:08x}"
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "s.jsonl").write_bytes(data)
+    view = View(Store(str(tmp_path)))
+    s = view.up_to_date(str(tmp_path / "p" / "s.jsonl"))
+    tree = summary.tree_txt(s, lambda e: view.folder_of(s, e)).decode()
+    rows = tree.splitlines()
+    assert len(rows) == n + 1
+    assert max(len(r) for r in rows) < 40 + 3 * summary.MAX_LEVELS + 80, max(rows, key=len)
+    assert "⋯" in tree  # the deep levels are said, not dropped
+    doc = orjson.loads(summary.session_json(s, lambda e: view.folder_of(s, e), set()))
+    for leaf in doc["leaves"]:
+        assert leaf["files"] == len(s.index.numbered_path(leaf["id"]))
+
+
 # -- 5. one save, one line -----------------------------------------------------------------
 
 
