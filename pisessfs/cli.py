@@ -633,11 +633,12 @@ def _demo_hints(mnt: Path) -> None:
   cd {mnt}
   ls                          # projects, then sessions: ls */
   S={session.relative_to(mnt)}
-  ls $S/leaves                # one folder per branch
-  cat $S/tree.txt             # every entry of the session
-  ls -l $S/current/           # the branch Pi resumes, as numbered messages
+  less $S/current.md          # the branch Pi resumes, as one file
+  ls -l $S/leaves             # every branch: a folder link and a one-file view each
+  cat $S/tree.txt             # every entry of the session, as a tree
+  ls -l $S/current/           # the same branch as numbered messages
   cat $S/current/0002-user.md
-  grep -r "unicode fractions" .
+  grep -r "unicode fractions" .   # each message once: in conversation.md
   getfattr -d $S/current/0002-user.md
 
 Unmount with: {_me()} umount {mnt}""")

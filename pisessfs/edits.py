@@ -331,14 +331,13 @@ class Editor:
         resume = s.index.resume
         if resume is None:
             return None
-        via = "leaves" if s.index.is_leaf(resume) else "nodes"
-        return Key("edir", s.path, s.epoch, resume, via)
+        return Key("edir", s.path, s.epoch, resume)
 
     def finish(self, job: Job) -> None:
         """After the line is in the file: re-read it, move names, queue invalidations."""
         s = self.view.state(job.binding.path)
         new = job.pending.entry_id
-        new_folder = Key("edir", s.path, s.epoch, new, "leaves")
+        new_folder = Key("edir", s.path, s.epoch, new)
         binding = job.binding
         log.info("%s: appended user message %s under %s", s.path, new, binding.parent_id)
         for h in self.handles.values():

@@ -4,7 +4,8 @@ Ids come from the file and may hold anything a JSON string holds: ``/``, NUL, a 
 ``-`` or ``.``, lone surrogates, hundreds of bytes. A name must be a valid component that
 resolves to the id it was made from, and two ids must never share a name. The mapping
 escapes, so it can be undone: ``%`` and ``~`` themselves, ``/`` and NUL, a leading ``-`` or
-``.``, and lone surrogates become ``%XX`` / ``%uXXXX``. An id whose escaped form is too long to
+``.``, the ``.`` of a final ``.md`` (``<name>.md`` is always the one-file view of ``<name>``), and
+lone surrogates become ``%XX`` / ``%uXXXX``. An id whose escaped form is too long to
 leave room for a slug becomes its first characters, ``~`` and a hash of the whole id; only
 such a name contains ``~``, and it is resolved by looking the hash up among the session's ids.
 
@@ -17,6 +18,7 @@ import hashlib
 import re
 from collections.abc import Iterable
 
+VIEW_SUFFIX = ".md"  # <name>.md: a one-file view, so no id's name ends with it
 MAX_ID_NAME = 200  # bytes: a folder name adds "-" and a slug of at most 40, all within 255
 _KEEP = 120  # bytes of a long id kept in front of its hash
 _UNSAFE = re.compile(r"[%~/\x00\ud800-\udfff]")
@@ -30,11 +32,14 @@ def _esc(ch: str) -> str:
 
 def id_name(eid: str) -> str:
     """The path component of entry ``eid``."""
-    if not _UNSAFE.search(eid) and eid[:1] not in ("-", ".", "") and len(eid) <= 64:
+    plain = eid[:1] not in ("-", ".", "") and not eid.endswith(VIEW_SUFFIX)
+    if plain and not _UNSAFE.search(eid) and len(eid) <= 64:
         return eid  # the common case, no work
     name = _UNSAFE.sub(lambda m: _esc(m.group()), eid)
     if name[:1] in ("-", "."):
         name = _esc(name[0]) + name[1:]
+    if name.endswith(VIEW_SUFFIX):
+        name = name[: -len(VIEW_SUFFIX)] + "%2Emd"
     if not name:
         name = "%"  # never a real escape: an empty id (the parser gives none, but be total)
     if len(name.encode()) <= MAX_ID_NAME:

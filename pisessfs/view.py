@@ -29,7 +29,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from . import render, summary, writer
+from . import onefile, render, summary, writer
+from .errors import (
+    Busy,
+    CrossFolder,
+    Denied,
+    Exists,
+    Invalid,
+    IsADir,
+    NotADir,
+    NotALink,
+    NotFound,
+    NotPermitted,
+    ViewError,
+)
+from .layout import KINDS, WHOLE_KINDS, NodeKind
 from .model import Entry
 from .names import id_name, name_id
 from .scratch import Node, Overlay
@@ -37,6 +51,7 @@ from .sessions import (
     INLINE_BYTES,
     YIELD,
     Identity,
+    Listing,
     Loaded,
     SessionFile,
     Store,
@@ -44,67 +59,33 @@ from .sessions import (
     no_gc,
 )
 
+__all__ = [
+    "Attr",
+    "Busy",
+    "CrossFolder",
+    "Denied",
+    "Exists",
+    "Invalid",
+    "IsADir",
+    "Key",
+    "NotADir",
+    "NotALink",
+    "NotFound",
+    "NotPermitted",
+    "View",
+    "ViewError",
+]
+
 log = logging.getLogger(__name__)
 
 ROOT_INO = 1
-SESSION_FILES = ("current", "leaves", "nodes", "tree.txt", "session.json", "session.jsonl")
-
-
-class ViewError(Exception):
-    """Base of the errors the adapter maps to errno (one table, in ``fuse_ops``)."""
-
-
-class NotFound(ViewError):
-    pass
-
-
-class NotADir(ViewError):
-    pass
-
-
-class IsADir(ViewError):
-    pass
-
-
-class Denied(ViewError):
-    """EACCES: the session cannot be read, or the file is not writable."""
-
-
-class NotALink(ViewError):
-    pass
-
-
-class NotPermitted(ViewError):
-    """EPERM: deleting or renaming a message file for real."""
-
-
-class Exists(ViewError):
-    pass
-
-
-class CrossFolder(ViewError):
-    """EXDEV: a message file renamed into another folder."""
-
-
-class Invalid(ViewError):
-    pass
-
-
-class Busy(Exception):
-    """Not an error: the request needs ``work`` done first (blocking: run it off the event
-    loop; :data:`~pisessfs.sessions.YIELD`: let other requests run), then to be asked again."""
-
-    def __init__(self, work: Work) -> None:
-        super().__init__("busy")
-        self.work = work
 
 
 class Key(NamedTuple):
-    kind: str  # root proj sess leaves nodes current tree json jsonl edir msg scratch
+    kind: str  # a name of layout.KINDS, or "scratch" (an editor's file: View.nodes)
     path: str = ""  # project folder or session file
     epoch: int = 0
     eid: str = ""
-    via: str = ""  # "leaves" or "nodes" for an entry folder
     k: int = 0  # 0: the message file, n: its n-th image; a scratch node's serial
 
 
@@ -123,18 +104,7 @@ class Attr:
     gid: int = 0
 
 
-_DIRS = frozenset({"root", "proj", "sess", "leaves", "nodes", "edir"})
-_IMMUTABLE = frozenset({"edir", "msg"})
-_RENDERED = frozenset({"tree", "json"})  # whole-session files: rendered off the loop
 Rendered = tuple[bytes, list[tuple[str, bytes]]]  # a message file's text and its images
-_SESSION_KIND = {
-    "current": "current",
-    "leaves": "leaves",
-    "nodes": "nodes",
-    "tree.txt": "tree",
-    "session.json": "json",
-    "session.jsonl": "jsonl",
-}
 
 
 class View:
@@ -189,21 +159,21 @@ class View:
         session that grows meanwhile does not make it wait for another one).
         """
         key = self.key(ino)
-        kind = key.kind
-        if kind in ("root", "proj", "scratch") or (attr_only and kind == "sess"):
+        if key.kind == "scratch":
+            return
+        node = KINDS[key.kind]
+        if node.sessionless or (attr_only and node.unparsed):
             return
         sf = self.store.session(key.path)
         s = sf.loaded
-        if kind in _IMMUTABLE and s is not None and s.epoch == key.epoch and not sf.recheck:
+        seen = waited if waited is not None else set()
+        fixed = node.immutable and s is not None and s.epoch == key.epoch and not sf.recheck
+        if fixed and node.step(self, sf, s, key, attr_only, listing, seen) is None:  # type: ignore[arg-type]
             return  # what an entry shows never changes: the hot path of grep -r and ls -lR
         self._settle(sf.step)
         s = sf.loaded
         assert s is not None
-        if kind in _RENDERED:
-            self._settle(lambda: self._render_step(sf, s, kind, attr_only, waited))
-        elif kind == "sess" and listing:
-            for k in _RENDERED:
-                self._settle(lambda k=k: self._render_step(sf, s, k, True, waited))  # type: ignore[misc]
+        self._settle(lambda: node.step(self, sf, s, key, attr_only, listing, seen))
 
     def _settle(self, step: Callable[[], Work | None]) -> None:
         while (work := step()) is not None:
@@ -212,7 +182,7 @@ class View:
             if work is not YIELD:
                 work()
 
-    def _render_step(
+    def render_step(
         self,
         sf: SessionFile,
         s: Loaded,
@@ -286,28 +256,31 @@ class View:
 
     def immutable(self, ino: int) -> bool:
         """Whether the node's bytes can never change (the kernel may cache them for long)."""
-        return self.key(ino).kind in _IMMUTABLE
+        key = self.key(ino)
+        return key.kind != "scratch" and KINDS[key.kind].immutable
 
     def session(self, key: Key) -> Loaded:
         """The parsed session a node belongs to, as :meth:`ready` left it."""
-        return self._session(key)
-
-    def _session(self, key: Key) -> Loaded:
         sf = self.store.session(key.path)
         s = sf.loaded
-        if s is None or not (self.defer or (key.kind in _IMMUTABLE and s.epoch == key.epoch)):
+        fixed = key.kind != "scratch" and KINDS[key.kind].immutable
+        if s is None or not (self.defer or (fixed and s.epoch == key.epoch)):
             self._settle(sf.step)  # the adapter asks ready() first; tests and scripts do not
             s = sf.loaded
             assert s is not None
-        if key.kind in _IMMUTABLE and key.epoch != s.epoch:
+        if fixed and key.epoch != s.epoch:
             raise NotFound(f"{key.path}: rewritten since this node was looked up")
         return s
 
-    def _entry(self, s: Loaded, eid: str) -> Entry:
+    def entry(self, s: Loaded, eid: str) -> Entry:
         e = s.index.by_id.get(eid)
         if e is None:
             raise NotFound(eid)
         return e
+
+    def entry_ns(self, s: Loaded, eid: str) -> int:
+        """An entry's time, as a node's mtime."""
+        return (self.entry(s, eid).ts_ms or 0) * 1_000_000
 
     # -- names ------------------------------------------------------------------------------
 
@@ -330,39 +303,39 @@ class View:
             return "leaves/" + self.folder_name(s, eid)
         return "nodes/" + id_name(eid)
 
-    def _id_named(self, s: Loaded, name: str) -> str | None:
+    def id_named(self, s: Loaded, name: str) -> str | None:
         """The entry id a name of ``nodes/`` or ``leaves/`` stands for, if it is one."""
         eid = name_id(name, s.index.by_id)
         return eid if eid is not None and eid in s.index.by_id else None
 
-    def _leaf_by_name(self, s: Loaded, name: str) -> str:
+    def leaf_by_name(self, s: Loaded, name: str) -> str:
         """The entry of a ``leaves/`` name: ``<id>`` or ``<id>-<slug>``.
 
         A former leaf (one that has children now) still resolves by its old name, so a path
         a shell or an editor holds keeps working after a commit below it.
         """
-        eid = self._id_named(s, name)
+        eid = self.id_named(s, name)
         if eid is not None:
             return eid
         cut = name.find("-")
         while cut > 0:  # ids may contain "-" themselves (UUIDs): try each cut
-            cand = self._id_named(s, name[:cut])
+            cand = self.id_named(s, name[:cut])
             if cand is not None and self.folder_name(s, cand) == name:
                 return cand
             cut = name.find("-", cut + 1)
         raise NotFound(name)
 
-    def _file_named(self, s: Loaded, key: Key, name: str) -> Key:
+    def file_named(self, s: Loaded, key: Key, name: str) -> Key:
         memo: dict[str, dict[str, Key]] = s.memo.setdefault("names", {})
         table = memo.get(key.eid)
         if table is None:
-            table = memo[key.eid] = dict(self._files(s, key))
+            table = memo[key.eid] = dict(self.files(s, key))
         found = table.get(name)
         if found is None:
             raise NotFound(name)
         return found
 
-    def _files(self, s: Loaded, key: Key) -> list[tuple[str, Key]]:
+    def files(self, s: Loaded, key: Key) -> list[tuple[str, Key]]:
         """The numbered files (and images) of entry folder ``key``, in path order."""
         memo: dict[str, list[tuple[str, Key]]] = s.memo.setdefault("files", {})
         out = memo.get(key.eid)
@@ -375,7 +348,7 @@ class View:
                 num, kind = s.index.num[nid], e.kind or "message"
                 msg_key = Key("msg", key.path, s.epoch, nid)
                 out.append((render.file_name(num, width, kind), msg_key))
-                for k, (ext, _) in enumerate(self._images(s, msg_key), start=1):
+                for k, (ext, _) in enumerate(self.rendered(s, msg_key)[1], start=1):
                     out.append((render.image_name(num, width, kind, k, ext), msg_key._replace(k=k)))
             memo[key.eid] = out
         return out
@@ -404,79 +377,43 @@ class View:
     def _child(self, key: Key, name: str) -> Key:
         if name in (".", ".."):
             raise NotFound(name)  # the kernel resolves these itself
-        kind = key.kind
-        if kind in ("root", "proj"):
-            item = self.store.find(key.path or self.store.root, name)
-            if item is None:
-                raise NotFound(name)
-            return Key("sess" if item.is_session else "proj", item.path)
-        if kind == "sess":
-            return self._session_child(key, name)
-        if kind == "scratch":
+        if key.kind == "scratch":
             raise NotADir(name)
-        s = self._session(key)
-        if kind == "leaves":
-            return Key("edir", key.path, s.epoch, self._leaf_by_name(s, name), "leaves")
-        if kind == "nodes":
-            eid = self._id_named(s, name)
-            if eid is None:
-                raise NotFound(name)
-            return Key("edir", key.path, s.epoch, eid, "nodes")
-        if kind == "edir":
-            return self._file_named(s, key, name)
-        raise NotADir(name)
+        return KINDS[key.kind].child(self, key, name)
 
-    def _session_child(self, key: Key, name: str) -> Key:
-        sub = _SESSION_KIND.get(name)
-        if sub is None:
+    def listed_item(self, folder: str, name: str) -> Key:
+        """The session or project shown as ``name`` in ``folder`` (the root or a project)."""
+        item = self.store.find(folder, name)
+        if item is None:
             raise NotFound(name)
-        s = self._session(key)
-        if sub == "current" and s.index.resume is None:
-            raise NotFound(name)
-        return Key(sub, key.path)
+        return self.item_key(item)
+
+    def item_key(self, item: Listing) -> Key:
+        return Key("sess" if item.is_session else "proj", item.path)
+
+    def _kind(self, key: Key) -> NodeKind:
+        if key.kind == "scratch":
+            raise NotADir(key)
+        return KINDS[key.kind]
 
     def children(self, ino: int) -> list[tuple[str, Attr]]:
         """A snapshot of a folder's entries with their attributes (readdirplus)."""
         key = self.key(ino)
-        if key.kind not in _DIRS:
-            raise NotADir(ino)
+        listing = self._kind(key).listing(self, key)
         ov = self.overlays.get(key)
         if ov is None:
-            return [(name, self.getattr(self.ino(k))) for name, k in self._list(key)]
+            return [(name, self.getattr(self.ino(k))) for name, k in listing]
         hidden = ov.whiteouts | ov.names.keys()
-        out = [(n, self.getattr(self.ino(k))) for n, k in self._list(key) if n not in hidden]
+        out = [(n, self.getattr(self.ino(k))) for n, k in listing if n not in hidden]
         return out + [(n, self.getattr(node.ino)) for n, node in ov.names.items()]
 
     def names(self, ino: int) -> set[str]:
         """The names a listing of folder ``ino`` shows, without their attributes (nothing is
         rendered for them)."""
         key = self.key(ino)
-        if key.kind not in _DIRS:
-            raise NotADir(ino)
-        names = {name for name, _ in self._list(key)}
+        names = {name for name, _ in self._kind(key).listing(self, key)}
         ov = self.overlays.get(key)
         return names if ov is None else (names - ov.whiteouts) | ov.names.keys()
-
-    def _list(self, key: Key) -> list[tuple[str, Key]]:
-        kind = key.kind
-        if kind == "root":
-            return [
-                (i.name, Key("sess" if i.is_session else "proj", i.path)) for i in self.store.top()
-            ]
-        if kind == "proj":
-            return [(i.name, Key("sess", i.path)) for i in self.store.sessions_in(key.path)]
-        s = self._session(key)
-        if kind == "sess":
-            names = SESSION_FILES if s.index.resume is not None else SESSION_FILES[1:]
-            return [(n, Key(_SESSION_KIND[n], key.path)) for n in names]
-        if kind == "leaves":
-            return [
-                (self.folder_name(s, leaf), Key("edir", key.path, s.epoch, leaf, "leaves"))
-                for leaf in self.listed(s)
-            ]
-        if kind == "nodes":
-            return []
-        return self._files(s, key)
 
     def listed(self, s: Loaded) -> list[str]:
         memo = s.memo
@@ -489,55 +426,31 @@ class View:
 
     def getattr(self, ino: int) -> Attr:
         key = self.key(ino)
-        kind = key.kind
-        if kind == "scratch":
+        if key.kind == "scratch":
             node = self._node(ino)
             size = len(node.target if node.is_link else node.data)
             return Attr(
                 ino, node.mode, size, node.mtime_ns, 1, False, True, node.uid, node.gid
             )
-        if kind in ("root", "proj"):
-            # From stat alone: listing a project parses nothing.
-            return self._folder_attr(ino, key.path or self.store.root)
-        if kind == "sess":
-            # From the file's stat alone, and one unreadable session fails only when entered.
-            # Writable where the file is: who may change it may empty its folder (rm -r, a
-            # walk that ends in the trash) and set its name.
-            st = self._stat(key.path)
-            return self._bounded(ino, stat.S_IFDIR | 0o777, st, 0, st.mtime_ns, 2)
-        s = self._session(key)
-        ident = s.ident
-        assert ident is not None
-        if kind in ("leaves", "nodes"):
-            return self._bounded(ino, stat.S_IFDIR | 0o777, ident, 0, ident.mtime_ns, 2)
-        if kind == "edir":
-            e = self._entry(s, key.eid)
-            return self._bounded(ino, stat.S_IFDIR | 0o777, ident, 0, _ns(e), 2, True)
-        if kind == "msg":
-            e = self._entry(s, key.eid)
-            mode = 0o666 if e.kind == "user" and key.k == 0 else 0o444
-            size = len(self.content(ino))
-            return self._bounded(ino, stat.S_IFREG | mode, ident, size, _ns(e), 1, True)
-        if kind == "current":  # a link's own bits mean nothing; its folder's do
-            size = len(self.readlink(ino))
-            mode = stat.S_IFLNK | 0o777
-            return Attr(ino, mode, size, ident.mtime_ns, 1, False, False, ident.uid, ident.gid)
-        size = s.size if kind == "jsonl" else len(self.content(ino))
-        return self._bounded(ino, stat.S_IFREG | 0o444, ident, size, ident.mtime_ns, 1)
+        return KINDS[key.kind].attr(self, ino, key)
 
-    def _stat(self, path: str) -> Identity:
+    def plain_attr(self, ino: int, mode: int, real: Identity, size: int, fixed: bool) -> Attr:
+        """Attributes with the real file's owner and ``mode`` as it is (a link's)."""
+        return Attr(ino, mode, size, real.mtime_ns, 1, fixed, False, real.uid, real.gid)
+
+    def file_stat(self, path: str) -> Identity:
         try:
             return Identity.of(self.store.files.lstat(path))
         except OSError:
             raise NotFound(path) from None
 
-    def _folder_attr(self, ino: int, path: str) -> Attr:
+    def folder_attr(self, ino: int, path: str) -> Attr:
         """A project folder (or the root) with its own bits: who may move a session file
         out of it may trash the session (``rmdir``)."""
-        st = self._stat(path)
-        return self._bounded(ino, stat.S_IFDIR | 0o777, st, 0, st.mtime_ns, 2)
+        st = self.file_stat(path)
+        return self.bounded(ino, stat.S_IFDIR | 0o777, st, 0, st.mtime_ns, 2)
 
-    def _bounded(  # noqa: PLR0917
+    def bounded(  # noqa: PLR0917
         self,
         ino: int,
         mode: int,
@@ -562,30 +475,20 @@ class View:
     def content(self, ino: int) -> bytes:
         """The whole bytes of a file node."""
         key = self.key(ino)
-        if key.kind in _DIRS:
-            raise IsADir(ino)
         if key.kind == "scratch":
             return bytes(self._node(ino).data)
-        s = self._session(key)
-        if key.kind == "jsonl":
-            return s.read_all()
-        if key.kind in ("tree", "json"):
-            return self._session_text(s, key.kind)
-        if key.kind != "msg":
-            raise NotFound(ino)
-        text, images = self._rendered(s, key._replace(k=0))
-        if not key.k:
-            return text
-        return images[key.k - 1][1] if key.k <= len(images) else b""
+        return KINDS[key.kind].content(self, key)
 
-    def _rendered(self, s: Loaded, key: Key) -> Rendered:
+    def rendered(self, s: Loaded, key: Key) -> Rendered:
         """An entry's message file and its images, from one parse, kept in a byte-capped LRU."""
         hit = self._cache.get(key)
         if hit is not None:
             self._cache.move_to_end(key)
             return hit
-        d = s.parsed(self._entry(s, key.eid))
-        done = (render.render(d), render.images(d))
+        d = s.parsed(self.entry(s, key.eid))
+        return self._keep(key, (render.render(d), render.images(d)))
+
+    def _keep(self, key: Key, done: Rendered) -> Rendered:
         self._cache[key] = done
         self._cache_bytes += _weight(done)
         while self._cache_bytes > self._cache_cap and len(self._cache) > 1:
@@ -593,10 +496,58 @@ class View:
             self._cache_bytes -= _weight(old)
         return done
 
-    def _images(self, s: Loaded, key: Key) -> list[tuple[str, bytes]]:
-        return self._rendered(s, key._replace(k=0))[1]
+    # -- one-file views ---------------------------------------------------------------------
 
-    def _session_text(self, s: Loaded, kind: str) -> bytes:
+    def piece(
+        self, s: Loaded, e: Entry, previews: Mapping[str, str] | None = None
+    ) -> onefile.Piece:
+        """What a one-file view shows of entry ``e``."""
+        if not e.numbered:
+            text = previews.get(e.id) if previews is not None else None
+            if text is None:
+                text = render.preview(s.parsed(e))
+            return onefile.Piece(e, 0, b"", (), text)
+        num = s.index.num.get(e.id, 0)
+        key = Key("msg", s.path, s.epoch, e.id)
+        body, images = self.rendered(s, key)
+        width = render.number_width(num)  # its folder's: the entry is the last file there
+        kind = e.kind or "message"
+        names = [
+            render.image_name(num, width, kind, k, ext) for k, (ext, _) in enumerate(images, 1)
+        ]
+        return onefile.Piece(e, num, body, names, "")
+
+    def branch_text(self, s: Loaded, eid: str) -> bytes:
+        """``nodes/<id>.md``: every entry of the path root→``eid``, in order."""
+        key = Key("branch", s.path, s.epoch, eid)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            return hit[0]
+        self.entry(s, eid)
+        pieces = [self.piece(s, s.index.by_id[i]) for i in s.index.path(eid)]
+        data = onefile.branch(pieces, lambda e: "../nodes/" + id_name(e.id))
+        return self._keep(key, (data, []))[0]
+
+    def branch_step(self, sf: SessionFile, s: Loaded, eid: str) -> Work | None:
+        """A long path's one-file view is made off the loop, then served from the cache."""
+        if Key("branch", s.path, s.epoch, eid) in self._cache or s.size < INLINE_BYTES:
+            return None
+        return lambda: self.branch_text(s, eid)
+
+    def _conversation(self, s: Loaded) -> bytes:
+        """``conversation.md``: the entries not shown yet are added at its end."""
+        conv: onefile.Conversation = s.memo.setdefault("conversation", onefile.Conversation())
+        with conv.lock:
+            entries = s.parser.entries  # complete lines only: a torn tail may still change
+            if conv.done < len(entries):
+                texts = summary.previews(s)
+                pieces = [self.piece(s, e, texts) for e in entries[conv.done :]]
+                problems = [*s.parser.problems, *s.index.problems]
+                conv.add(pieces, problems, lambda i: s.index.num.get(i, 0))
+            return conv.bytes()
+
+    def session_text(self, s: Loaded, kind: str) -> bytes:
         """tree.txt or session.json as :meth:`ready` rendered it (an older rendering, all of
         one version, rather than a render here when the file moved on meanwhile)."""
         hit = s.memo.get(kind)
@@ -613,6 +564,8 @@ class View:
         folder_of = lambda eid: self.folder_of(s, eid)  # noqa: E731
         if kind == "tree":
             data = summary.tree_txt(s, folder_of)
+        elif kind == "conv":
+            data = self._conversation(s)
         else:
             data = summary.session_json(s, folder_of, set(self.listed(s)))
         done = time.monotonic()
@@ -624,7 +577,7 @@ class View:
         key = self.key(ino)
         if key.kind != "jsonl":
             return Snapshot(self.content(ino))
-        s = self._session(key)
+        s = self.session(key)
         ident = s.ident
         assert ident is not None
         # A descriptor of its own (one per open handle, not per session): append-only bytes
@@ -641,12 +594,9 @@ class View:
         node = self.nodes.get(ino)
         if node is not None and node.is_link:
             return node.target
-        if key.kind != "current":
+        if key.kind == "scratch":
             raise NotALink(ino)
-        s = self._session(key)
-        if s.index.resume is None:
-            raise NotFound(ino)
-        return self.folder_of(s, s.index.resume).encode()
+        return KINDS[key.kind].target(self, key)
 
     # -- the scratch layer ----------------------------------------------------------------
 
@@ -704,7 +654,7 @@ class View:
 
     def changed_session(self, path: str) -> None:
         """The session file changed: drop the kernel's view of what depends on the whole."""
-        for kind in ("sess", "leaves", "current", "tree", "json", "jsonl"):
+        for kind in ("sess", "leaves", "current", "current.md", "jsonl", *WHOLE_KINDS):
             n = self._ino.get(Key(kind, path))
             if n is not None:
                 self.invalidations.append((n, None))
@@ -728,9 +678,9 @@ class View:
         """``user.pi.*`` attributes: entry id (and label, if any) on entry nodes, session
         id, file (and name, if any) on sessions. Name and label are what Pi shows."""
         key = self.key(ino)
-        if key.kind in ("edir", "msg"):
+        if key.kind in ("edir", "msg", "branch"):
             out = {"user.pi.id": _utf8(key.eid)}
-            s = self._session(key)
+            s = self.session(key)
             label = self._labels(s).get(self.label_target(s, key))
             if isinstance(label, str):
                 out["user.pi.label"] = _utf8(label)
@@ -738,7 +688,7 @@ class View:
         if key.kind == "scratch":
             return {}
         if key.kind == "sess":
-            s = self._session(key)
+            s = self.session(key)
             header = s.parser.header
             out = {
                 "user.pi.session": _utf8(header.session_id if header else ""),

@@ -207,7 +207,9 @@ def test_view_layout_of_a_session(tmp_path: Path) -> None:
     proj = v.lookup(1, "home-x").ino
     sess = v.lookup(proj, "s1").ino
     assert [n for n, _ in v.children(sess)] == [
+        "conversation.md",
         "current",
+        "current.md",
         "leaves",
         "nodes",
         "tree.txt",
@@ -216,22 +218,39 @@ def test_view_layout_of_a_session(tmp_path: Path) -> None:
     ]
     cur = v.lookup(sess, "current").ino
     assert v.readlink(cur) == b"leaves/bbbbbbbb-second-one"
+    assert v.readlink(v.lookup(sess, "current.md").ino) == b"leaves/bbbbbbbb-second-one.md"
     leaves = v.lookup(sess, "leaves").ino
-    leaf = v.lookup(leaves, "bbbbbbbb-second-one").ino
-    assert v.lookup(leaves, "bbbbbbbb").ino == leaf  # the bare id resolves too
+    assert [n for n, _ in v.children(leaves)] == [
+        "bbbbbbbb-second-one",
+        "bbbbbbbb-second-one.md",
+    ]
+    link = v.lookup(leaves, "bbbbbbbb-second-one").ino
+    assert v.readlink(link) == b"../nodes/bbbbbbbb"
+    assert v.lookup(leaves, "bbbbbbbb").ino == link  # the bare id resolves too
+    assert v.readlink(v.lookup(leaves, "bbbbbbbb.md").ino) == b"../nodes/bbbbbbbb.md"
+    nodes = v.lookup(sess, "nodes").ino
+    assert v.children(nodes) == []
+    leaf = v.lookup(nodes, "bbbbbbbb").ino
     files = dict(v.children(leaf))
     assert list(files) == ["0001-user.md", "0002-user.md"]
     assert v.content(files["0002-user.md"].ino) == b"Second one\n"
     assert files["0002-user.md"].size == len(b"Second one\n")
     assert v.xattrs(leaf) == {"user.pi.id": b"bbbbbbbb"}
-    nodes = v.lookup(sess, "nodes").ino
-    assert v.children(nodes) == []
     node = v.lookup(nodes, "aaaaaaaa").ino
     assert [n for n, _ in v.children(node)] == ["0001-user.md"]
     with pytest.raises(NotFound):
         v.lookup(nodes, "cccccccc")
-    assert v.content(v.lookup(sess, "session.jsonl").ino) == data
-    assert v.key(leaf) == Key("edir", str(f), 0, "bbbbbbbb", "leaves")
+    raw = v.lookup(sess, "session.jsonl").ino
+    assert v.readlink(raw) == b".session.jsonl"
+    assert v.content(v.lookup(sess, ".session.jsonl").ino) == data
+    assert v.key(leaf) == Key("edir", str(f), 0, "bbbbbbbb")
+    # one copy of each text: conversation.md, with headings; the branch view the same bytes
+    conv = v.content(v.lookup(sess, "conversation.md").ino)
+    assert conv.count(b"First question\n") == 1 and conv.count(b"Second one\n") == 1
+    assert conv.index(b"## 0001 user \xc2\xb7 aaaaaaaa") < conv.index(b"## 0002 user")
+    branch = v.content(v.lookup(nodes, "bbbbbbbb.md").ino)
+    assert branch == conv  # one straight line: the same entries, the same headings
+    assert v.getattr(v.lookup(nodes, "bbbbbbbb.md").ino).size == len(branch)
 
 
 def test_unreadable_session_is_denied_alone(

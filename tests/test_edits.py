@@ -77,7 +77,7 @@ def test_new_file_becomes_a_child_and_then_stands_for_it(tmp_path: Path) -> None
     ed.write(12, 0, b"go on\n")  # the same bytes again: nothing
     assert commit(ed, 12) is None
     sess = ed.view.lookup(1, "s").ino
-    leaf = ed.view.lookup(ed.view.lookup(sess, "leaves").ino, str(new)).ino
+    leaf = ed.view.lookup(ed.view.lookup(sess, "nodes").ino, str(new)).ino
     assert "next.md" in dict(ed.view.children(leaf))
 
 
@@ -124,7 +124,7 @@ def test_vim_second_save_of_a_new_file_forks_it(tmp_path: Path) -> None:
     first = commit(ed, 20)
     ed.close(20)
     sess = ed.view.lookup(1, "s").ino
-    new_leaf = ed.view.lookup(ed.view.lookup(sess, "leaves").ino, str(first)).ino
+    new_leaf = ed.view.lookup(ed.view.lookup(sess, "nodes").ino, str(first)).ino
     ed.rename(new_leaf, "new.md", new_leaf, "new.md~", 0)  # vim's second :w
     ed.create(21, new_leaf, "new.md", 0o644)
     ed.write(21, 0, b"second\n")

@@ -258,6 +258,7 @@ def walk_view(root: Path) -> tuple[list[str], Counter[str]]:
         return ino
 
     todo = [(ROOT_INO, "")]
+    followed: set[int] = set()
     while todo:
         ino, where = todo.pop()
         try:
@@ -287,8 +288,13 @@ def walk_view(root: Path) -> tuple[list[str], Counter[str]]:
                         failures.append(f"{path}: size {attr.size}, content {size} bytes")
                 elif kind == stat.S_IFLNK:
                     seen["links"] += 1
-                    target = os.fsdecode(view.readlink(attr.ino))
-                    resolve(posixpath.normpath(posixpath.join(where, target)))
+                    target = posixpath.normpath(
+                        posixpath.join(where, os.fsdecode(view.readlink(attr.ino)))
+                    )
+                    found = view.getattr(resolve(target))
+                    if stat.S_ISDIR(found.mode) and found.ino not in followed:
+                        followed.add(found.ino)  # a branch folder: only reached by a link
+                        todo.append((found.ino, target))
             except Exception as err:
                 failures.append(f"{path}: {err!r}")
     return failures, seen

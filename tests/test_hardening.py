@@ -232,7 +232,8 @@ def test_grep_over_more_sessions_than_descriptors_finds_every_one(tmp_path: Path
         out = subprocess.run(
             ["grep", "-r", "-l", "needle", str(m.path / "p")], capture_output=True, text=True
         )
-        hits = {line.split("/")[-4] for line in out.stdout.splitlines() if "/leaves/" in line}
+        lines = out.stdout.splitlines()
+        hits = {line.split("/")[-2] for line in lines if line.endswith("/conversation.md")}
         assert len(hits) == n, out.stderr[-500:]
         fds = len(os.listdir(f"/proc/{m.proc.pid}/fd"))
         assert fds < 40, f"{fds} descriptors open after {n} sessions"
@@ -459,8 +460,10 @@ def test_hostile_ids_and_names_are_unique_and_resolve(sessions: Path) -> None:
         for name in top:
             assert os.path.lexists(m.path / name), name
         leaves = m.path / "hostile" / "h" / "leaves"
-        names = os.listdir(leaves)
+        listed = os.listdir(leaves)
+        names = [n for n in listed if not n.endswith(".md")]  # each with its <name>.md view
         assert len(names) == len(set(names)) == len(ids)
+        assert sorted(listed) == sorted(names + [n + ".md" for n in names])
         got = {os.getxattr(leaves / n, "user.pi.id").decode() for n in names}
         assert got == set(ids)
         for eid in ids:

@@ -22,9 +22,12 @@ ORDER = [
     "actions",
     "watch",
     "view",
+    "layout",
+    "onefile",
     "summary",
     "writer",
     "scratch",
+    "errors",
     "sessions",
     "files",
     "inotify",
@@ -38,7 +41,12 @@ CORE = ORDER[ORDER.index("edits") :]  # free of pyfuse3 and trio
 
 
 def imports(module: str) -> set[str]:
+    """What ``module`` imports when it runs: imports under ``if TYPE_CHECKING:`` only name
+    types (layout's node kinds are handed the view that calls them)."""
     tree = ast.parse((PKG / f"{module}.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            node.body = []
     out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

@@ -33,11 +33,17 @@ def test_pi_appends_show_in_current_and_tree(mount: Mount) -> None:
     assert current_id(folder) == PARENT  # entered: parsed before Pi writes
     tree = open(folder / "tree.txt", "rb")  # noqa: SIM115 (a reader holding the file open)
     first = tree.read(100)
+    before = (folder / "conversation.md").read_bytes()
     (new,) = pi("--append", str(real_of(folder)), PARENT, "appended by pi")
     wait_for(lambda: current_id(folder) == new, 5, "the new entry in current/")
     assert (folder / "current" / "0024-user.md").read_text() == "appended by pi\n"
     assert new in (folder / "tree.txt").read_text()
     assert new in os.readlink(folder / "current")
+    # conversation.md grew at its end only; current.md is the new branch, ending with it
+    after = (folder / "conversation.md").read_bytes()
+    assert after.startswith(before) and after.endswith(b"appended by pi\n\n")
+    assert f" · {new} · ".encode() in after[len(before) :]
+    assert (folder / "current.md").read_bytes().endswith(b"appended by pi\n\n")
     tree.seek(0)
     assert tree.read(100) == first  # the open reader keeps its version
     tree.close()

@@ -41,7 +41,9 @@ def test_ls_lr_lists_every_session_and_leaf(mount: Mount, sessions: Path) -> Non
     out = run("ls", "-lR", str(mount.path))
     assert out.returncode == 0, out.stderr
     assert len(session_dirs(mount)) == len(list(sessions.rglob("*.jsonl")))
-    assert "0001-" in out.stdout and "leaves" in out.stdout
+    # a walk meets each session's text once: branches are links into nodes/, which lists nothing
+    assert "conversation.md" in out.stdout and "leaves" in out.stdout
+    assert "-> ../nodes/" in out.stdout and "0001-" not in out.stdout
     assert "home-ana-src-recipe-box" in os.listdir(mount.path)  # "--x--" shown as "x"
 
 
@@ -70,10 +72,14 @@ def test_grep_r_finds_conversation_text_as_plain_text(mount: Mount) -> None:
     out = run("grep", "-rl", "Grandma's recipes are full of them", str(mount.path))
     assert out.returncode == 0, out.stderr
     hits = out.stdout.splitlines()
-    assert any(
-        h.endswith("/leaves/96ce5b75-nice-can-you-also-support-unicode/0013-user.md") for h in hits
-    ), hits
-    assert any(h.endswith("session.jsonl") for h in hits)
+    # the message once, in its session's conversation.md (and its preview in tree.txt)
+    assert [h for h in hits if not h.endswith("/tree.txt")] == [
+        str(mount.path / RECIPE / "conversation.md")
+    ], hits
+    # a branch given by its path is followed, as any link on the command line
+    branch = mount.path / RECIPE / "leaves" / "96ce5b75-nice-can-you-also-support-unicode"
+    out = run("grep", "-rl", "Grandma's recipes are full of them", f"{branch}/")
+    assert out.stdout.splitlines() == [f"{branch}/0013-user.md"], out.stdout
 
 
 def test_rg_finds_tool_output(mount: Mount) -> None:
@@ -86,12 +92,19 @@ def test_rg_finds_tool_output(mount: Mount) -> None:
         str(mount.path / RECIPE),
     )
     assert out.returncode == 0, out.stderr
+    hits = [h for h in out.stdout.splitlines() if not h.endswith("/tree.txt")]  # a preview
+    assert hits == [str(mount.path / RECIPE / "conversation.md")], out.stdout
+    out = run(
+        "rg", "-l", "parser: mixed numbers and unicode fractions", f"{mount.path / RECIPE}/current/"
+    )
     assert any(h.endswith("0022-tool-bash.md") for h in out.stdout.splitlines()), out.stdout
 
 
 def test_find_and_stat_show_images_and_entry_times(mount: Mount) -> None:
-    out = run("find", str(mount.path), "-name", "*.png")
+    out = run("find", "-H", str(mount.path / KANBAN / "current"), "-name", "*.png")
     assert out.returncode == 0 and "0002-user.1.png" in out.stdout, out.stderr
+    conv = (mount.path / KANBAN / "conversation.md").read_text()
+    assert "](nodes/" in conv and "0002-user.1.png)" in conv  # images as links, never bytes
     f = mount.path / RECIPE / "current" / "0002-user.md"
     mtime = run("stat", "-c", "%Y", str(f)).stdout.strip()
     assert mtime == "1772442914"  # the entry's timestamp, 2026-03-02T09:15:14.769Z

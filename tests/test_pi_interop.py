@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -65,9 +66,14 @@ def _check_tree_session(folder: Path, oracle: Oracle, doc: dict[str, Any]) -> in
     for leaf in oracle["leaves"]:
         want = conversation(oracle, oracle["branches"][leaf])
         assert ids_in(folder / "leaves" / leaf) == want, (folder, leaf)
+        _check_branch_view(folder / "leaves" / f"{leaf}.md", folder / "leaves" / leaf, want)
     for name in os.listdir(folder / "leaves"):
         leaf = os.getxattr(folder / "leaves" / name, "user.pi.id").decode()
         assert leaf in oracle["leaves"]
+    _check_branch_view(folder / "current.md", folder / "current", None)
+    heads = headings((folder / "conversation.md").read_bytes())
+    in_file = [e["id"] for e in oracle["entries"] if e["type"] in CONVERSATION_TYPES]
+    assert [eid for eid, _ in heads] == in_file, folder  # every entry once, in file order
     current = folder / "current"
     assert os.getxattr(current, "user.pi.id").decode() == oracle["leafId"]
     for p in files_in(current):
@@ -76,6 +82,28 @@ def _check_tree_session(folder: Path, oracle: Oracle, doc: dict[str, Any]) -> in
             text = oracle["userTexts"][eid]
             assert p.read_text() == (text if text.endswith("\n") else text + "\n"), p
     return len(oracle["leaves"])
+
+
+HEADING = re.compile(rb"^## (\d+) (\S+) \xc2\xb7 (\S+)(?: \xc2\xb7 .*)?\n\n", re.M)
+
+
+def headings(view: bytes) -> list[tuple[str, int]]:
+    """(entry id, offset of the bytes after the heading) of every heading of a view."""
+    return [(m.group(3).decode(), m.end()) for m in HEADING.finditer(view)]
+
+
+def _check_branch_view(view: Path, folder: Path, want: list[str] | None) -> None:
+    """A branch as one file: one heading per numbered file, in path order, each followed
+    by exactly that file's bytes."""
+    data = view.read_bytes()
+    heads = headings(data)
+    files = files_in(folder)
+    assert [eid for eid, _ in heads] == ids_in(folder), view
+    if want is not None:
+        assert [eid for eid, _ in heads] == want, view
+    for (_, at), p in zip(heads, files, strict=True):
+        body = p.read_bytes()
+        assert data[at : at + len(body)] == body, p
 
 
 def _check_v1_session(folder: Path, oracle: Oracle) -> int:

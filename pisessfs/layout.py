@@ -1,0 +1,406 @@
+"""Every kind of node of the mount, one class each: its lookup, listing, attributes, bytes.
+
+DESIGN.md "Layout" node by node. A kind is one place to read and change: what names it
+resolves (``child``), what it lists (``listing``), what ``stat`` shows (``attr``), its bytes
+(``content``) or its link target (``target``), and what must be done before it can answer
+(``step``: parsing and rendering, which the view runs off the event loop). The view looks the
+kind up in :data:`KINDS` by the kind name of a node's key and does the rest (inodes, the
+scratch layer, invalidation, permissions).
+
+Links keep a walk to one copy of the text (``conversation.md``): branch folders and branch
+files are links into ``nodes/``, which lists nothing, and ``session.jsonl`` is a link to a name
+no listing shows.
+"""
+
+from __future__ import annotations
+
+import stat
+from typing import TYPE_CHECKING, ClassVar
+
+from .errors import IsADir, NotADir, NotALink, NotFound
+from .names import VIEW_SUFFIX, id_name
+from .sessions import Loaded, SessionFile, Work
+
+if TYPE_CHECKING:
+    from .view import Attr, Key, View
+
+Waited = set[tuple[str, str, int]]
+
+RAW = ".session.jsonl"  # the real file's bytes: session.jsonl links here; never listed
+
+
+class NodeKind:
+    """Default behaviour: a node with nothing in it. Subclasses set ``fmt`` and override."""
+
+    name: ClassVar[str]
+    fmt: ClassVar[int] = stat.S_IFREG
+    #: its bytes and attributes never change (the kernel may cache them for long)
+    immutable: ClassVar[bool] = False
+    #: belongs to no session (the root, a project folder)
+    sessionless: ClassVar[bool] = False
+    #: its attributes come from the file's stat alone (without parsing the session)
+    unparsed: ClassVar[bool] = False
+    #: made from the whole session and rendered off the loop (``View.render_step``)
+    whole: ClassVar[bool] = False
+
+    def child(self, v: View, key: Key, name: str) -> Key:
+        raise NotADir(name)
+
+    def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
+        raise NotADir(key)
+
+    def attr(self, v: View, ino: int, key: Key) -> Attr:
+        s = v.session(key)
+        ident = s.ident
+        assert ident is not None
+        if self.fmt == stat.S_IFLNK:  # a link's own bits mean nothing; its folder's do
+            size = len(self.target(v, key))
+            return v.plain_attr(ino, stat.S_IFLNK | 0o777, ident, size, self.immutable)
+        if self.fmt == stat.S_IFDIR:
+            return v.bounded(ino, stat.S_IFDIR | 0o777, ident, 0, ident.mtime_ns, 2)
+        size = len(self.content(v, key))
+        return v.bounded(ino, stat.S_IFREG | 0o444, ident, size, ident.mtime_ns, 1)
+
+    def content(self, v: View, key: Key) -> bytes:
+        raise IsADir(key) if self.fmt == stat.S_IFDIR else NotFound(key)
+
+    def target(self, v: View, key: Key) -> bytes:
+        raise NotALink(key)
+
+    def step(  # noqa: PLR0917
+        self,
+        v: View,
+        sf: SessionFile,
+        s: Loaded,
+        key: Key,
+        attr_only: bool,
+        listing: bool,
+        waited: Waited,
+    ) -> Work | None:
+        """Work still to do before this node answers (after its session is up to date)."""
+        return None
+
+
+# -- folders --------------------------------------------------------------------------------
+
+
+class Root(NodeKind):
+    """The sessions root: project folders, and flat session files as sessions."""
+
+    name = "root"
+    fmt = stat.S_IFDIR
+    sessionless = True
+
+    def child(self, v: View, key: Key, name: str) -> Key:
+        return v.listed_item(key.path or v.store.root, name)
+
+    def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
+        return [(i.name, v.item_key(i)) for i in v.store.top()]
+
+    def attr(self, v: View, ino: int, key: Key) -> Attr:
+        # From stat alone: listing a project parses nothing. Who may move a session file out
+        # of the folder may trash the session (rmdir): the folder's own bits.
+        return v.folder_attr(ino, key.path or v.store.root)
+
+
+class Project(Root):
+    name = "proj"
+
+    def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
+        return [(i.name, v.item_key(i)) for i in v.store.sessions_in(key.path)]
+
+
+#: A session folder's listed names and their kinds, in listing order.
+SESSION_NAMES = {
+    "conversation.md": "conv",
+    "current": "current",
+    "current.md": "current.md",
+    "leaves": "leaves",
+    "nodes": "nodes",
+    "tree.txt": "tree",
+    "session.json": "json",
+    "session.jsonl": "rawlink",
+}
+_NEEDS_RESUME = frozenset({"current", "current.md"})
+
+
+class Session(NodeKind):
+    name = "sess"
+    fmt = stat.S_IFDIR
+    unparsed = True  # its attributes: the file's stat
+
+    def child(self, v: View, key: Key, name: str) -> Key:
+        kind = SESSION_NAMES.get(name) or ("jsonl" if name == RAW else None)
+        if kind is None:
+            raise NotFound(name)
+        if kind in _NEEDS_RESUME and v.session(key).index.resume is None:
+            raise NotFound(name)
+        return key._replace(kind=kind)
+
+    def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
+        s = v.session(key)
+        return [
+            (name, key._replace(kind=kind))
+            for name, kind in SESSION_NAMES.items()
+            if kind not in _NEEDS_RESUME or s.index.resume is not None
+        ]
+
+    def attr(self, v: View, ino: int, key: Key) -> Attr:
+        # From the file's stat alone, and one unreadable session fails only when entered.
+        # Writable where the file is: who may change it may empty its folder (rm -r, a walk
+        # that ends in the trash) and set its name.
+        st = v.file_stat(key.path)
+        return v.bounded(ino, stat.S_IFDIR | 0o777, st, 0, st.mtime_ns, 2)
+
+    def step(  # noqa: PLR0917
+        self,
+        v: View,
+        sf: SessionFile,
+        s: Loaded,
+        key: Key,
+        attr_only: bool,
+        listing: bool,
+        waited: Waited,
+    ) -> Work | None:
+        # A listing shows the sizes of the whole-session files: rendered first unless a
+        # rendering of any version exists.
+        if listing:
+            for k in WHOLE_KINDS:
+                work = v.render_step(sf, s, k, True, waited)
+                if work is not None:
+                    return work
+        return None
+
+
+class Leaves(NodeKind):
+    """One folder link and one file link per listed leaf; every entry id resolves."""
+
+    name = "leaves"
+    fmt = stat.S_IFDIR
+
+    def child(self, v: View, key: Key, name: str) -> Key:
+        s = v.session(key)
+        if name.endswith(VIEW_SUFFIX):
+            eid = v.leaf_by_name(s, name[: -len(VIEW_SUFFIX)])
+            return key._replace(kind="leaf.md", epoch=s.epoch, eid=eid)
+        return key._replace(kind="leaf", epoch=s.epoch, eid=v.leaf_by_name(s, name))
+
+    def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
+        s = v.session(key)
+        out: list[tuple[str, Key]] = []
+        for leaf in v.listed(s):
+            name = v.folder_name(s, leaf)
+            link = key._replace(kind="leaf", epoch=s.epoch, eid=leaf)
+            out += [(name, link), (name + VIEW_SUFFIX, link._replace(kind="leaf.md"))]
+        return out
+
+
+class Nodes(NodeKind):
+    """Lists nothing; ``<id>`` is the entry's folder, ``<id>.md`` its path as one file."""
+
+    name = "nodes"
+    fmt = stat.S_IFDIR
+
+    def child(self, v: View, key: Key, name: str) -> Key:
+        s = v.session(key)
+        kind = "edir"
+        if name.endswith(VIEW_SUFFIX):
+            name, kind = name[: -len(VIEW_SUFFIX)], "branch"
+        eid = v.id_named(s, name)
+        if eid is None:
+            raise NotFound(name)
+        return key._replace(kind=kind, epoch=s.epoch, eid=eid)
+
+    def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
+        return []
+
+
+class EntryFolder(NodeKind):
+    """The numbered message files (and images) of the path root→entry."""
+
+    name = "edir"
+    fmt = stat.S_IFDIR
+    immutable = True
+
+    def child(self, v: View, key: Key, name: str) -> Key:
+        return v.file_named(v.session(key), key, name)
+
+    def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
+        return v.files(v.session(key), key)
+
+    def attr(self, v: View, ino: int, key: Key) -> Attr:
+        s = v.session(key)
+        assert s.ident is not None
+        ns = v.entry_ns(s, key.eid)
+        return v.bounded(ino, stat.S_IFDIR | 0o777, s.ident, 0, ns, 2, True)
+
+
+# -- files ------------------------------------------------------------------------------------
+
+
+class Message(NodeKind):
+    """A numbered message file (``k`` = 0) or its k-th image."""
+
+    name = "msg"
+    immutable = True
+
+    def attr(self, v: View, ino: int, key: Key) -> Attr:
+        s = v.session(key)
+        assert s.ident is not None
+        e = v.entry(s, key.eid)
+        mode = 0o666 if e.kind == "user" and key.k == 0 else 0o444
+        size = len(self.content(v, key))
+        return v.bounded(ino, stat.S_IFREG | mode, s.ident, size, v.entry_ns(s, key.eid), 1, True)
+
+    def content(self, v: View, key: Key) -> bytes:
+        text, images = v.rendered(v.session(key), key._replace(k=0))
+        if not key.k:
+            return text
+        return images[key.k - 1][1] if key.k <= len(images) else b""
+
+
+class Branch(NodeKind):
+    """``nodes/<id>.md``: the path root→entry as one file (never changes)."""
+
+    name = "branch"
+    immutable = True
+
+    def attr(self, v: View, ino: int, key: Key) -> Attr:
+        s = v.session(key)
+        assert s.ident is not None
+        size = len(self.content(v, key))
+        ns = v.entry_ns(s, key.eid)
+        return v.bounded(ino, stat.S_IFREG | 0o444, s.ident, size, ns, 1, True)
+
+    def content(self, v: View, key: Key) -> bytes:
+        return v.branch_text(v.session(key), key.eid)
+
+    def step(  # noqa: PLR0917
+        self,
+        v: View,
+        sf: SessionFile,
+        s: Loaded,
+        key: Key,
+        attr_only: bool,
+        listing: bool,
+        waited: Waited,
+    ) -> Work | None:
+        return v.branch_step(sf, s, key.eid)
+
+
+class Whole(NodeKind):
+    """A file made from the whole session, rendered off the loop once per change."""
+
+    whole = True
+
+    def content(self, v: View, key: Key) -> bytes:
+        return v.session_text(v.session(key), self.name)
+
+    def step(  # noqa: PLR0917
+        self,
+        v: View,
+        sf: SessionFile,
+        s: Loaded,
+        key: Key,
+        attr_only: bool,
+        listing: bool,
+        waited: Waited,
+    ) -> Work | None:
+        # A lookup (attributes only) takes any rendering's size: the kernel holds the folder
+        # while it waits, and is told the new size when the next rendering is done.
+        return v.render_step(sf, s, self.name, attr_only, waited)
+
+
+class Tree(Whole):
+    name = "tree"
+
+
+class Json(Whole):
+    name = "json"
+
+
+class ConversationFile(Whole):
+    name = "conv"
+
+
+WHOLE_KINDS = ("conv", "tree", "json")
+
+
+class Raw(NodeKind):
+    """The real file's bytes, as Pi wrote them (``.session.jsonl``, reached by the link)."""
+
+    name = "jsonl"
+
+    def attr(self, v: View, ino: int, key: Key) -> Attr:
+        s = v.session(key)
+        ident = s.ident
+        assert ident is not None
+        return v.bounded(ino, stat.S_IFREG | 0o444, ident, s.size, ident.mtime_ns, 1)
+
+    def content(self, v: View, key: Key) -> bytes:
+        return v.session(key).read_all()
+
+
+# -- links ------------------------------------------------------------------------------------
+
+
+class _Link(NodeKind):
+    fmt = stat.S_IFLNK
+
+    def target(self, v: View, key: Key) -> bytes:
+        return self.path(v, v.session(key), key).encode("utf-8", "surrogateescape")
+
+    def path(self, v: View, s: Loaded, key: Key) -> str:
+        raise NotImplementedError
+
+
+class Current(_Link):
+    """Pi's resume leaf: ``leaves/<leaf>`` (``nodes/<id>`` when it is no leaf)."""
+
+    name = "current"
+
+    def path(self, v: View, s: Loaded, key: Key) -> str:
+        resume = s.index.resume
+        if resume is None:
+            raise NotFound(key)
+        return v.folder_of(s, resume)
+
+
+class CurrentView(Current):
+    name = "current.md"
+
+    def path(self, v: View, s: Loaded, key: Key) -> str:
+        return super().path(v, s, key) + VIEW_SUFFIX
+
+
+class LeafLink(_Link):
+    """``leaves/<leaf>`` -> ``../nodes/<id>``: never changes."""
+
+    name = "leaf"
+    immutable = True
+    suffix: ClassVar[str] = ""
+
+    def path(self, v: View, s: Loaded, key: Key) -> str:
+        return "../nodes/" + id_name(key.eid) + self.suffix
+
+
+class LeafViewLink(LeafLink):
+    name = "leaf.md"
+    suffix = VIEW_SUFFIX
+
+
+class RawLink(_Link):
+    name = "rawlink"
+
+    def path(self, v: View, s: Loaded, key: Key) -> str:
+        return RAW
+
+
+KINDS: dict[str, NodeKind] = {
+    k.name: k
+    for k in (
+        Root(), Project(), Session(), Leaves(), Nodes(), EntryFolder(), Message(), Branch(),
+        Tree(), Json(), ConversationFile(), Raw(), Current(), CurrentView(), LeafLink(),
+        LeafViewLink(), RawLink(),
+    )
+}  # fmt: skip

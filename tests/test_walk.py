@@ -1,0 +1,112 @@
+"""A walk meets each message once (DESIGN.md, "One copy for walkers").
+
+Real mounts of every fixture, walked by ``os.walk``, ``grep -r``, ``rg``, ``find``, ``du`` and
+``cp -r``: the full text of every conversation entry is in ``conversation.md`` once, and
+nowhere else a walk goes; the branch folders and files are still there through their links.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+from tests.conftest import RECIPE, Mount, need
+
+LONG = 120  # bytes: a message this long is unlikely to be quoted by another
+
+
+def walked(top: Path) -> dict[Path, bytes]:
+    """Every regular file a walk that does not follow links reads, with its bytes."""
+    out: dict[Path, bytes] = {}
+    for dirpath, _dirs, files in os.walk(top):
+        for name in files:
+            p = Path(dirpath) / name
+            if not p.is_symlink():
+                out[p] = p.read_bytes()
+    return out
+
+
+def message_files(session: Path) -> dict[str, bytes]:
+    """Every conversation entry of a session, by id: its message file's bytes (read through
+    the entry's own folder in nodes/, where it is the last file)."""
+    out: dict[str, bytes] = {}
+    for leaf in os.listdir(session / "leaves"):
+        if leaf.endswith(".md"):
+            continue
+        for p in sorted((session / "leaves" / leaf).iterdir()):
+            if p.name.endswith(".md"):
+                out[os.getxattr(p, "user.pi.id").decode()] = p.read_bytes()
+    return out
+
+
+def test_a_walk_meets_every_message_once(mount: Mount) -> None:
+    files = walked(mount.path)
+    assert not [p for p in files if p.name.endswith((".png", ".jpg"))]  # only via links
+    sessions = sorted({p.parent for p in files if p.name == "conversation.md"})
+    assert len(sessions) >= 10
+    checked = 0
+    for session in sessions:
+        mine = b"".join(data for p, data in files.items() if p.parent == session)
+        bodies = message_files(session)
+        times = Counter(bodies.values())  # two entries may say the same (the same read call)
+        for eid, body in bodies.items():
+            assert body in files[session / "conversation.md"], (session, eid)
+            if len(body) >= LONG:
+                assert mine.count(body) == times[body], (session, eid)
+                checked += 1
+        # nothing of the session below its folder: leaves/ and nodes/ hold no files
+        assert not [p for p in files if session in p.parents and p.parent != session]
+    assert checked >= 20, checked
+
+
+PHRASE = "Grandma's recipes are full of them"
+
+
+def entries_saying(mount: Mount, phrase: str) -> int:
+    """How many lines of the real session file hold ``phrase`` (each an entry)."""
+    real = Path(os.getxattr(mount.path / RECIPE, "user.pi.file").decode())
+    return sum(phrase.encode() in line for line in real.read_bytes().splitlines())
+
+
+def test_grep_gives_a_message_once_and_follows_a_branch_given(mount: Mount) -> None:
+    phrase = PHRASE
+    out = subprocess.run(["grep", "-rc", phrase, str(mount.path)], capture_output=True, text=True)
+    counts = {ln.rsplit(":", 1)[0]: int(ln.rsplit(":", 1)[1]) for ln in out.stdout.splitlines()}
+    hits = {p: n for p, n in counts.items() if n and not p.endswith("/tree.txt")}
+    assert hits == {str(mount.path / RECIPE / "conversation.md"): entries_saying(mount, phrase)}
+    out = subprocess.run(
+        ["grep", "-rl", phrase, f"{mount.path / RECIPE}/current/"], capture_output=True, text=True
+    )
+    assert out.stdout.strip().endswith("-user.md"), out.stdout  # a path given is followed
+    assert entries_saying(mount, phrase) >= 1
+
+
+def test_rg_gives_a_message_once(mount: Mount) -> None:
+    need(shutil.which("rg") is not None, "ripgrep (rg) is not installed (apt install ripgrep)")
+    phrase = PHRASE
+    out = subprocess.run(["rg", "-c", phrase, str(mount.path)], capture_output=True, text=True)
+    lines = [ln for ln in out.stdout.splitlines() if "/tree.txt:" not in ln]
+    n = entries_saying(mount, phrase)
+    assert lines == [f"{mount.path / RECIPE / 'conversation.md'}:{n}"], out.stdout
+
+
+def test_find_du_and_cp_r_keep_links_as_links(mount: Mount, tmp_path: Path) -> None:
+    session = mount.path / RECIPE
+    found = subprocess.run(["find", str(session)], capture_output=True, text=True).stdout
+    names = {Path(p).name for p in found.splitlines()}
+    assert {"conversation.md", "current", "current.md", "session.jsonl"} <= names
+    assert not any(n.startswith("0001-") for n in names)
+    du = subprocess.run(["du", "-sb", str(session)], capture_output=True, text=True)
+    counted = int(du.stdout.split()[0])
+    text = sum(
+        os.path.getsize(session / n) for n in ("conversation.md", "tree.txt", "session.json")
+    )
+    assert counted < 2 * text + 64 * 1024, (counted, text)  # not the branches again
+    copy = tmp_path / "copy"
+    done = subprocess.run(["cp", "-r", str(session), str(copy)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (copy / "current").is_symlink() and (copy / "session.jsonl").is_symlink()
+    assert (copy / "conversation.md").read_bytes() == (session / "conversation.md").read_bytes()
