@@ -207,6 +207,8 @@ class Actions:
         open, as ``rm -r`` (fts), ``find -delete`` and ``shutil.rmtree`` do while they empty
         a folder. A single ``rm FILE`` holds no folder open."""
         key = self.view.key(parent)
+        if key.kind == "proj":  # rm -r PROJECT: its latest link is no session's, it stays
+            return self.walks.holds(pid, parent)
         if key.kind not in _SESSION_KINDS:
             return False
         sess = self.view.known(Key("sess", key.path))

@@ -627,7 +627,8 @@ def demo_sessions() -> Path:
 
 
 def _demo_hints(mnt: Path) -> None:
-    session = next(iter(sorted(mnt.glob("*/*/current"))), mnt / "PROJECT" / "SESSION").parent
+    found = sorted(p for p in mnt.glob("*/*/current") if not p.parent.is_symlink())  # not latest
+    session = next(iter(found), mnt / "PROJECT" / "SESSION").parent
     print(f"""The example sessions are mounted on {mnt}. Try:
 
   cd {mnt}

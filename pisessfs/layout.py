@@ -14,6 +14,7 @@ no listing shows.
 
 from __future__ import annotations
 
+import posixpath
 import stat
 from typing import TYPE_CHECKING, ClassVar
 
@@ -104,10 +105,27 @@ class Root(NodeKind):
 
 
 class Project(Root):
+    """A project: its sessions, named for people, and ``latest``."""
+
     name = "proj"
 
+    def child(self, v: View, key: Key, name: str) -> Key:
+        if name == LATEST and v.store.latest(key.path) is not None:
+            try:
+                return v.listed_item(key.path, name)  # a session of that name wins
+            except NotFound:
+                return key._replace(kind="latest")
+        return v.listed_item(key.path, name)
+
     def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
-        return [(i.name, v.item_key(i)) for i in v.store.sessions_in(key.path)]
+        items = v.store.sessions_in(key.path)
+        out = [(i.name, v.item_key(i)) for i in items]
+        if items and all(i.name != LATEST for i in items):
+            out.insert(0, (LATEST, key._replace(kind="latest")))
+        return out
+
+
+LATEST = "latest"
 
 
 #: A session folder's listed names and their kinds, in listing order.
@@ -117,6 +135,7 @@ SESSION_NAMES = {
     "current.md": "current.md",
     "leaves": "leaves",
     "nodes": "nodes",
+    "parent": "parent",
     "tree.txt": "tree",
     "session.json": "json",
     "session.jsonl": "rawlink",
@@ -133,7 +152,7 @@ class Session(NodeKind):
         kind = SESSION_NAMES.get(name) or ("jsonl" if name == RAW else None)
         if kind is None:
             raise NotFound(name)
-        if kind in _NEEDS_RESUME and v.session(key).index.resume is None:
+        if not self._shown(v, v.session(key), kind):
             raise NotFound(name)
         return key._replace(kind=kind)
 
@@ -142,8 +161,13 @@ class Session(NodeKind):
         return [
             (name, key._replace(kind=kind))
             for name, kind in SESSION_NAMES.items()
-            if kind not in _NEEDS_RESUME or s.index.resume is not None
+            if self._shown(v, s, kind)
         ]
+
+    def _shown(self, v: View, s: Loaded, kind: str) -> bool:
+        if kind in _NEEDS_RESUME:
+            return s.index.resume is not None
+        return kind != "parent" or parent_of(v, s) is not None
 
     def attr(self, v: View, ino: int, key: Key) -> Attr:
         # From the file's stat alone, and one unreadable session fails only when entered.
@@ -389,6 +413,75 @@ class LeafViewLink(LeafLink):
     suffix = VIEW_SUFFIX
 
 
+class Alias(_Link):
+    """A session's stem or id in its folder: a link to its name (``eid`` holds the name)."""
+
+    name = "alias"
+    sessionless = True  # its target is known from the listing: nothing is parsed
+    immutable = True  # names are fixed while mounted
+
+    def attr(self, v: View, ino: int, key: Key) -> Attr:
+        st = v.file_stat(key.path)
+        target = self.target(v, key)
+        return v.plain_attr(ino, stat.S_IFLNK | 0o777, st, len(target), True)
+
+    def target(self, v: View, key: Key) -> bytes:
+        return key.eid.encode("utf-8", "surrogateescape")
+
+
+class Latest(_Link):
+    """``latest`` in a project: the session whose file changed last."""
+
+    name = "latest"
+    sessionless = True
+
+    def attr(self, v: View, ino: int, key: Key) -> Attr:
+        st = v.file_stat(key.path)
+        return v.plain_attr(ino, stat.S_IFLNK | 0o777, st, len(self.target(v, key)), False)
+
+    def target(self, v: View, key: Key) -> bytes:
+        item = v.store.latest(key.path)
+        if item is None:
+            raise NotFound(key)
+        return item.name.encode("utf-8", "surrogateescape")
+
+
+class Parent(_Link):
+    """``parent``: the session this one was forked from, when it is a session of the mount."""
+
+    name = "parent"
+
+    def path(self, v: View, s: Loaded, key: Key) -> str:
+        target = parent_of(v, s)
+        if target is None:
+            raise NotFound(key)
+        return target
+
+
+def parent_of(v: View, s: Loaded) -> str | None:
+    """The relative link from session ``s``'s folder to its parent session's folder.
+
+    Pi writes the parent's absolute path. A sessions folder that was moved or copied (the
+    demo's) keeps its layout, so the parent is also looked for by its project folder and file
+    name below this root; nothing outside the root is ever looked at."""
+    header = s.parser.header
+    parent = header.fields.get("parentSession") if header is not None else None
+    if not isinstance(parent, str) or not parent.endswith(".jsonl") or "\0" in parent:
+        return None
+    root = v.store.root
+    parent = posixpath.normpath(parent)
+    tail = parent.split("/")[-2:]
+    candidates = [posixpath.join(root, *tail), posixpath.join(root, tail[-1])]
+    if parent.startswith(root + "/"):
+        candidates.insert(0, parent)
+    here = v.store.shown_path(s.path)
+    for path in candidates:
+        there = v.store.shown_path(path) if path != s.path else None
+        if there is not None and here is not None:
+            return posixpath.relpath(there, here)
+    return None
+
+
 class RawLink(_Link):
     name = "rawlink"
 
@@ -401,6 +494,6 @@ KINDS: dict[str, NodeKind] = {
     for k in (
         Root(), Project(), Session(), Leaves(), Nodes(), EntryFolder(), Message(), Branch(),
         Tree(), Json(), ConversationFile(), Raw(), Current(), CurrentView(), LeafLink(),
-        LeafViewLink(), RawLink(),
+        LeafViewLink(), RawLink(), Alias(), Latest(), Parent(),
     )
 }  # fmt: skip

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .files import Files, Unreadable
+from .heads import Head, read_head
 from .jsonl import Parser, Stats, decode_line
 from .model import Entry, Problem
 from .tree import Index, NeedsRebuild
@@ -137,6 +138,7 @@ class Loaded:
         # Renders the view derives from this state. Entry-derived ones stay valid while the
         # file only grows; whole-session ones carry the version they were made from.
         self.memo: dict[str, Any] = {}
+        self.rebuilds = 0  # times the index was built again (the memo cleared)
 
     @property
     def entries(self) -> list[Entry]:
@@ -181,6 +183,8 @@ class Loaded:
         goes on from there."""
         if f._counted > self._counted:
             self._stats, self._counted = f._stats, f._counted
+        if f.rebuilds != self.rebuilds:
+            return  # the index was built again meanwhile: what the copy made is of the old one
         for k, v in f.memo.items():
             if k not in VOLATILE:
                 self.memo.setdefault(k, v)
@@ -295,6 +299,7 @@ class Loaded:
         self.consumed = len(self.parser.entries)
         self.version += 1
         self.memo.clear()
+        self.rebuilds += 1
         self._lane()
         self._warn()
 
@@ -485,6 +490,7 @@ class Listing:
     name: str
     path: str
     is_session: bool
+    alias_of: str | None = None  # a name that is a link to the listed name ``alias_of``
 
 
 def project_name(raw: str) -> str:
@@ -496,19 +502,46 @@ def project_name(raw: str) -> str:
     return raw
 
 
-def _unique(items: list[Listing]) -> list[Listing]:
+def _unique(items: list[Listing], kept: dict[str, str]) -> list[Listing]:
     """Names made unique in their folder: a later duplicate gets ``~2``, ``~3``… (file names
-    are sorted, so the same folder always gives the same names)."""
-    seen: set[str] = set()
+    are sorted, so the same folder always gives the same names). A file that was given a
+    name keeps it while mounted (``kept``: path -> name, updated): a new file whose name
+    sorts first takes the next free name, it never renames the one already there."""
+    seen = {kept[i.path] for i in items if i.path in kept}
     out: list[Listing] = []
     for item in items:
-        name = item.name
-        n = 1
-        while name in seen:
-            n += 1
-            name = f"{item.name}~{n}"
-        seen.add(name)
+        name = kept.get(item.path)
+        if name is None:
+            name, n = item.name, 1
+            while name in seen:
+                n += 1
+                name = f"{item.name}~{n}"
+            seen.add(name)
+            kept[item.path] = name
         out.append(item if name == item.name else Listing(name, item.path, item.is_session))
+    return out
+
+
+def _aliases(listing: list[Listing], heads: dict[str, Head]) -> dict[str, Listing]:
+    """Unlisted names of a folder's sessions, each a link to the listed name: the file's stem
+    (the name before sessions were named for people) and the session id. A listed name, or
+    a name two sessions would share, is no alias."""
+    shown = {item.name for item in listing}
+    out: dict[str, Listing] = {}
+    clash: set[str] = set()
+    for item in listing:
+        if not item.is_session:
+            continue
+        stem = os.path.basename(item.path)[: -len(".jsonl")]
+        head = heads.get(item.path)
+        for alias in {stem, *([head.session_id] if head and head.session_id else [])}:
+            if alias in shown or alias == item.name or "/" in alias or alias in (".", ".."):
+                continue
+            if alias in out and out[alias].path != item.path:
+                clash.add(alias)
+            out[alias] = Listing(alias, item.path, True, item.name)
+    for alias in clash:
+        del out[alias]
     return out
 
 
@@ -524,6 +557,8 @@ class Store:
         self._lru: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self._total = 0
         self._listings: dict[str, tuple[int, list[Listing], dict[str, Listing]]] = {}
+        self._heads: dict[str, Head] = {}  # session file -> its head: names fixed while mounted
+        self._shown: dict[str, str] = {}  # path -> the name it was listed with
         self._lru_lock = threading.Lock()
 
     def _cached(self, folder: str, build: Callable[[], list[Listing]]) -> list[Listing]:
@@ -535,8 +570,9 @@ class Store:
         hit = self._listings.get(folder)
         if hit is not None and hit[0] == mtime:
             return hit[1]
-        listing = _unique(build())
-        table = {item.name: item for item in listing}
+        listing = _unique(build(), self._shown)
+        table = _aliases(listing, self._heads)
+        table.update((item.name, item) for item in listing)
         # Folder times are coarse (a few ms): a change in the same tick as this scan would
         # not move them, so a scan that close to the last change is not trusted later.
         racy = time.time_ns() - mtime < _RACY_NS
@@ -568,8 +604,8 @@ class Store:
             out.append(Listing(d.name if clash else name, d.path, False))
         shown = {item.name for item in out}
         for d in sessions:
-            stem = d.name[: -len(".jsonl")]
-            out.append(Listing(d.name if stem in shown else stem, d.path, True))
+            name = self.head(d.path).name
+            out.append(Listing(d.name if name in shown else name, d.path, True))
         return out
 
     def sessions_in(self, folder: str) -> list[Listing]:
@@ -577,10 +613,62 @@ class Store:
 
     def _sessions_in(self, folder: str) -> list[Listing]:
         return [
-            Listing(d.name[: -len(".jsonl")], d.path, True)
+            Listing(self.head(d.path).name, d.path, True)
             for d in self.files.scandir(folder)
             if d.is_file and _is_session_name(d.name)
         ]
+
+    def head(self, path: str) -> Head:
+        """What the head of session file ``path`` says, read the first time the mount sees
+        the file and kept: its folder's name never changes while mounted."""
+        head = self._heads.get(path)
+        if head is None:
+            stem = os.path.basename(path)[: -len(".jsonl")]
+            try:
+                fd = self.files.open(path)
+            except Unreadable:
+                return Head(stem, None, None, False)  # unreadable: asked again next time
+            try:
+                head = read_head(fd, stem)
+            except OSError:
+                head = Head(stem, None, None, False)
+            finally:
+                os.close(fd)
+            self._heads[path] = head
+        return head
+
+    def shown_path(self, path: str) -> str | None:
+        """Where session file ``path`` is in the mount (``/<project>/<name>``, ``/<name>``
+        for a flat one), None when it is no listed session of this mount."""
+        folder = os.path.dirname(path)
+        if folder == self.root:
+            names = {i.path: i.name for i in self.top() if i.is_session}
+            return "/" + names[path] if path in names else None
+        if os.path.dirname(folder) != self.root:
+            return None
+        projects = {i.path: i.name for i in self.top() if not i.is_session}
+        if folder not in projects:
+            return None  # (a path from a file: it may name a folder that is not there)
+        names = {i.path: i.name for i in self.sessions_in(folder)}
+        return f"/{projects[folder]}/{names[path]}" if path in names else None
+
+    def cwd_of(self, folder: str) -> str | None:
+        """The working directory the sessions of ``folder`` were started in, when they agree."""
+        cwds = {h.cwd for i in self.sessions_in(folder) if (h := self._heads.get(i.path))}
+        return cwds.pop() if len(cwds) == 1 else None
+
+    def latest(self, folder: str) -> Listing | None:
+        """The session of ``folder`` whose file changed last."""
+        best: tuple[int, str] | None = None
+        found: Listing | None = None
+        for item in self.sessions_in(folder):
+            try:
+                mtime = self.files.lstat(item.path).st_mtime_ns
+            except Unreadable:
+                continue
+            if best is None or (mtime, item.name) > best:
+                best, found = (mtime, item.name), item
+        return found
 
     def loaded_paths(self) -> list[str]:
         return [p for p, sf in self._files.items() if sf.loaded is not None]

@@ -389,6 +389,8 @@ class View:
         return self.item_key(item)
 
     def item_key(self, item: Listing) -> Key:
+        if item.alias_of is not None:
+            return Key("alias", item.path, eid=item.alias_of)
         return Key("sess" if item.is_session else "proj", item.path)
 
     def _kind(self, key: Key) -> NodeKind:
@@ -687,6 +689,9 @@ class View:
             return out
         if key.kind == "scratch":
             return {}
+        if key.kind == "proj":
+            cwd = self.store.cwd_of(key.path)
+            return {"user.pi.cwd": _utf8(cwd)} if cwd is not None else {}
         if key.kind == "sess":
             s = self.session(key)
             header = s.parser.header

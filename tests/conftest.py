@@ -37,10 +37,18 @@ PI_MODULE = (
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 # Two example sessions the tests know by heart (pisessfs/examples, always present).
-RECIPE = "home-ana-src-recipe-box/2026-03-02T09-14-05-120Z_019cadd3-7fc0-75ea-a894-d2664c1f3463"
+# Their folders are named for people; the file's stem still resolves, as a link to the name.
+RECIPE = "home-ana-src-recipe-box/2026-03-02T0914-pytest-fails-on-the-ingredient-parser-019cadd3"
+RECIPE_STEM = "2026-03-02T09-14-05-120Z_019cadd3-7fc0-75ea-a894-d2664c1f3463"
 RECIPE_ID = "019cadd3-7fc0-75ea-a894-d2664c1f3463"
 RECIPE_FIRST = "pytest fails on the ingredient parser since I added mixed numbers to the tests. "
-KANBAN = "home-ana-src-tiny-kanban/2026-03-04T19-32-40-512Z_019cba56-8dc0-75ea-a894-d26b7d9489c4"
+KANBAN = "home-ana-src-tiny-kanban/2026-03-04T1932-i-drew-a-favicon-for-the-board-it-s-019cba56"
+
+
+def named(path: Path) -> Path:
+    """A session folder by its file's stem (a link to the folder's name), as the folder:
+    what ``rmdir``, ``rm -r`` and listings of its parent see."""
+    return path.parent / os.readlink(path) if path.is_symlink() else path
 
 
 def need(ok: bool, why: str) -> None:

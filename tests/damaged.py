@@ -5,9 +5,14 @@ Used by the core tests and the real-mount tests (tests/test_damaged_*.py).
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
+
+if TYPE_CHECKING:
+    from pisessfs.view import View
 
 HEADER = {
     "type": "session",
@@ -99,3 +104,9 @@ def write_all(folder: Path) -> dict[str, tuple[Path, set[str]]]:
         path.write_bytes(data)
         out[name] = (path, kinds)
     return out
+
+
+def enter(v: View, parent: int, stem: str) -> int:
+    """A session folder by its file's stem: a link to the folder's name, when it has one."""
+    a = v.lookup(parent, stem)
+    return v.lookup(parent, v.readlink(a.ino).decode()).ino if stat.S_ISLNK(a.mode) else a.ino

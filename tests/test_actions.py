@@ -40,7 +40,18 @@ from pisessfs.actions import VALUE_CAP, Walks
 from pisessfs.model import js_trim
 from pisessfs.sessions import Store
 from tests import damaged
-from tests.conftest import PI_MODULE, RECIPE, Mount, mounted, need, pi, pi_missing, wait_for
+from tests.conftest import (
+    PI_MODULE,
+    RECIPE,
+    RECIPE_STEM,
+    Mount,
+    mounted,
+    named,
+    need,
+    pi,
+    pi_missing,
+    wait_for,
+)
 
 RECIPE_PROJECT = "--home-ana-src-recipe-box--"
 RECIPE_FIRST = "pytest fails on the ingredient parser"
@@ -312,7 +323,7 @@ def test_refusals_answer_their_errno_and_change_nothing(tmp_path: Path, trash_ho
     root = damaged_root(tmp_path)
     with mounted(root) as m:
         p = m.path / "p"
-        ok, v1, v4 = p / "ok", p / "v1", p / "v4"
+        ok, v1, v4 = named(p / "ok"), named(p / "v1"), named(p / "v4")
         msg = ok / "current" / "0001-user.md"
         files = {f: f.read_bytes() for f in (root / "--p--").iterdir()}
         cases: list[tuple[Any, int]] = [
@@ -355,12 +366,12 @@ def test_refusals_answer_their_errno_and_change_nothing(tmp_path: Path, trash_ho
         lock.unlink()
         assert {f: f.read_bytes() for f in (root / "--p--").iterdir()} == files
         assert not trash_home.exists() or not any((trash_home / "files").iterdir())
-        assert sorted(os.listdir(p)) == ["ok", "v1", "v4"]
+        assert sorted(os.listdir(p)) == sorted([ok.name, v1.name, v4.name, "latest"])
 
 
 @pytest.mark.warns
 def test_a_read_only_mount_refuses_every_action(sessions: Path, trash_home: Path) -> None:
-    real = sessions / RECIPE_PROJECT / (RECIPE.split("/")[1] + ".jsonl")
+    real = sessions / RECIPE_PROJECT / (RECIPE_STEM + ".jsonl")
     data = real.read_bytes()
     with mounted(sessions, "-o", "ro") as m:
         folder = m.path / RECIPE
@@ -448,9 +459,10 @@ def test_a_flat_session_in_the_root_goes_too(tmp_path: Path, trash_home: Path) -
     shutil.copyfile(root / "--p--" / "ok.jsonl", flat)
     data = flat.read_bytes()
     with mounted(root) as m:
-        done = run(["rm", "-r", str(m.path / "flat")])
+        folder = named(m.path / "flat")
+        done = run(["rm", "-r", str(folder)])
         assert (done.returncode, done.stderr) == (0, "")
-        assert "flat" not in os.listdir(m.path) and not flat.exists()
+        assert folder.name not in os.listdir(m.path) and not flat.exists()
     assert (trash_home / "files" / "flat.jsonl").read_bytes() == data
     check_trashinfo(trash_home / "info" / "flat.jsonl.trashinfo", flat)
 
@@ -614,7 +626,7 @@ def test_a_session_on_another_file_system_goes_to_its_topdir_trash(
             wait_for(folder.is_dir, what="the restored session")
     finally:
         shutil.rmtree(root, ignore_errors=True)
-        for leftover in volume.glob(f"*/{RECIPE.split('/')[1]}*"):
+        for leftover in volume.glob(f"*/{RECIPE_STEM}*"):
             leftover.unlink()
         if made:  # the trash folder this test made, if nothing else is in it
             for sub in (volume / "files", volume / "info", volume):
@@ -636,7 +648,7 @@ def test_a_move_that_would_need_a_copy_is_refused(sessions: Path, tmp_path: Path
     try:
         with mounted(bound) as m:
             folder = m.path / RECIPE
-            real = sessions / RECIPE_PROJECT / (RECIPE.split("/")[1] + ".jsonl")
+            real = sessions / RECIPE_PROJECT / (RECIPE_STEM + ".jsonl")
             data = real.read_bytes()
             assert errno_of(lambda: os.rmdir(folder)) == errno.EXDEV
             assert real.read_bytes() == data and folder.is_dir()

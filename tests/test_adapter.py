@@ -35,6 +35,12 @@ def ops_for(tmp_path: Path, read_only: bool = False) -> Operations:
     return Operations(View(Store(str(tmp_path))), read_only=read_only)
 
 
+async def enter(ops: Operations) -> pyfuse3.EntryAttributes:
+    """The session folder of s.jsonl: ``s`` is a link to its name."""
+    link = await ops.lookup(1, b"s", CTX)
+    return await ops.lookup(1, await ops.readlink(link.st_ino, CTX), CTX)
+
+
 def errno_of(call: Callable[[], Coroutine[Any, Any, object]]) -> int:
     with pytest.raises(pyfuse3.FUSEError) as exc:
         trio.run(call)
@@ -69,7 +75,7 @@ def test_writes_are_refused_with_the_contracts_errno(
     ops = ops_for(tmp_path, read_only)
 
     async def open_tree() -> object:
-        sess = await ops.lookup(1, b"s", CTX)
+        sess = await enter(ops)
         tree = await ops.lookup(sess.st_ino, b"tree.txt", CTX)
         return await ops.open(tree.st_ino, os.O_WRONLY, CTX)
 
@@ -80,7 +86,7 @@ def test_unknown_xattr_is_enoattr_and_known_ones_answer(tmp_path: Path) -> None:
     ops = ops_for(tmp_path)
 
     async def attrs() -> tuple[object, bytes]:
-        sess = await ops.lookup(1, b"s", CTX)
+        sess = await enter(ops)
         names = await ops.listxattr(sess.st_ino, CTX)
         return names, await ops.getxattr(sess.st_ino, b"user.pi.session", CTX)
 
@@ -93,7 +99,7 @@ def test_read_serves_the_rendered_bytes(tmp_path: Path) -> None:
     ops = ops_for(tmp_path)
 
     async def cat() -> bytes:
-        sess = await ops.lookup(1, b"s", CTX)
+        sess = await enter(ops)
         nodes = await ops.lookup(sess.st_ino, b"nodes", CTX)
         node = await ops.lookup(nodes.st_ino, b"00000001", CTX)
         f = await ops.lookup(node.st_ino, b"0002-user.md", CTX)

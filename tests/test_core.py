@@ -17,7 +17,7 @@ from pisessfs.sessions import Store, Unreadable
 from pisessfs.tree import Index
 from pisessfs.view import Key, NotFound, View
 from tests import damaged
-from tests.damaged import HEADER, line, user
+from tests.damaged import HEADER, enter, line, user
 
 
 def parse(data: bytes) -> Parser:
@@ -205,7 +205,8 @@ def test_view_layout_of_a_session(tmp_path: Path) -> None:
     f.write_bytes(data)
     v = View(Store(str(tmp_path)))
     proj = v.lookup(1, "home-x").ino
-    sess = v.lookup(proj, "s1").ino
+    sess = enter(v, proj, "s1")
+    assert [n for n, _ in v.children(proj)] == ["latest", "2026-11-20T1000-first-question-dmg"]
     assert [n for n, _ in v.children(sess)] == [
         "conversation.md",
         "current",
@@ -271,7 +272,7 @@ def test_unreadable_session_is_denied_alone(
     with pytest.raises(Unreadable) as exc:
         v.children(locked)
     assert exc.value.errno == 13
-    ok = v.lookup(1, "ok").ino
+    ok = enter(v, 1, "ok")
     assert "leaves" in dict(v.children(ok))
 
 

@@ -22,7 +22,7 @@ def setup(tmp_path: Path) -> tuple[Editor, Path, int]:
     f = tmp_path / "s.jsonl"
     f.write_bytes(damaged.good(3))  # 00000000 <- 00000001 <- 00000002
     view = View(Store(str(tmp_path)))
-    sess = view.lookup(1, "s").ino
+    sess = damaged.enter(view, 1, "s")
     nodes = view.lookup(sess, "nodes").ino
     return Editor(view), f, view.lookup(nodes, "00000002").ino
 
@@ -76,7 +76,7 @@ def test_new_file_becomes_a_child_and_then_stands_for_it(tmp_path: Path) -> None
     assert last(f)["parentId"] == "00000002"
     ed.write(12, 0, b"go on\n")  # the same bytes again: nothing
     assert commit(ed, 12) is None
-    sess = ed.view.lookup(1, "s").ino
+    sess = damaged.enter(ed.view, 1, "s")
     leaf = ed.view.lookup(ed.view.lookup(sess, "nodes").ino, str(new)).ino
     assert "next.md" in dict(ed.view.children(leaf))
 
@@ -123,7 +123,7 @@ def test_vim_second_save_of_a_new_file_forks_it(tmp_path: Path) -> None:
     ed.write(20, 0, b"first\n")
     first = commit(ed, 20)
     ed.close(20)
-    sess = ed.view.lookup(1, "s").ino
+    sess = damaged.enter(ed.view, 1, "s")
     new_leaf = ed.view.lookup(ed.view.lookup(sess, "nodes").ino, str(first)).ino
     ed.rename(new_leaf, "new.md", new_leaf, "new.md~", 0)  # vim's second :w
     ed.create(21, new_leaf, "new.md", 0o644)

@@ -23,14 +23,14 @@ import orjson
 import pytest
 
 from tests import damaged
-from tests.conftest import RECIPE, Mount, mounted, need, wait_for
+from tests.conftest import RECIPE, RECIPE_STEM, Mount, mounted, need, wait_for
 
 SECRET = b"TOP-SECRET-LINE-OUTSIDE-THE-ROOT"
 
 
-def session_file(sessions: Path, shown: str = RECIPE) -> Path:
-    project, stem = shown.split("/")
-    return sessions / f"--{project}--" / f"{stem}.jsonl"
+def session_file(sessions: Path) -> Path:
+    """The real file of the RECIPE session in ``sessions``."""
+    return sessions / f"--{RECIPE.split('/')[0]}--" / f"{RECIPE_STEM}.jsonl"
 
 
 def read_all_under(folder: Path) -> bytes:

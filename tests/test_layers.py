@@ -29,6 +29,7 @@ ORDER = [
     "scratch",
     "errors",
     "sessions",
+    "heads",
     "files",
     "inotify",
     "render",

@@ -25,6 +25,7 @@ import pytest
 from pisessfs import __version__, cli, mountpoint
 from tests.conftest import (
     RECIPE,
+    RECIPE_STEM,
     REPO,
     Mount,
     fuse_missing,
@@ -190,7 +191,7 @@ def test_the_watchdog_never_unmounts_a_mount_that_is_not_its_own(sessions: Path)
 
 def test_kill_9_rounds_with_writers_a_shell_inside_and_a_busy_machine(sessions: Path) -> None:
     need(fuse_missing() is None, fuse_missing() or "")
-    real = next(sessions.rglob(Path(RECIPE).name + ".jsonl"))
+    real = next(sessions.rglob(RECIPE_STEM + ".jsonl"))
     burners = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"])
         for _ in range(os.cpu_count() or 2)

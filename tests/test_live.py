@@ -69,13 +69,16 @@ def test_unentered_session_is_read_when_entered(mount: Mount) -> None:
 def test_new_and_removed_session_files_and_projects(mount: Mount, sessions: Path) -> None:
     project = mount.path / "home-ana-src-recipe-box"
     src = next((sessions / "--home-ana-src-recipe-box--").glob("*.jsonl"))
-    os.listdir(project)
+    before = set(os.listdir(project))
     shutil.copyfile(src, src.with_name("copy.jsonl"))
-    wait_for(lambda: "copy" in os.listdir(project), 5, "a new session folder")
-    assert (project / "copy" / "current").is_symlink()
+    wait_for(lambda: len(set(os.listdir(project)) - before) == 1, 5, "a new session folder")
+    (new,) = set(os.listdir(project)) - before
+    assert new.endswith("~2")  # a copy: the same header and text, so the same name, made unique
+    assert sorted(before) == sorted(set(os.listdir(project)) - {new})  # the others keep theirs
+    assert os.readlink(project / "copy") == new  # the stem leads to it
     inside = open(project / "copy" / "current" / "0002-user.md", "rb")  # noqa: SIM115
     src.with_name("copy.jsonl").unlink()
-    wait_for(lambda: "copy" not in os.listdir(project), 5, "the removed session to vanish")
+    wait_for(lambda: new not in os.listdir(project), 5, "the removed session to vanish")
     wait_for(lambda: not (project / "copy").exists(), 5, "the removed session's path to fail")
     assert inside.read().startswith(b"pytest fails")  # an open reader keeps reading
     inside.close()

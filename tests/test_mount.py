@@ -34,7 +34,7 @@ def run(*cmd: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
 
 
 def session_dirs(m: Mount) -> list[Path]:
-    return sorted(p.parent for p in m.path.glob("*/*/session.jsonl"))
+    return sorted(p.parent for p in m.path.glob("*/*/session.jsonl") if not p.parent.is_symlink())
 
 
 def test_ls_lr_lists_every_session_and_leaf(mount: Mount, sessions: Path) -> None:

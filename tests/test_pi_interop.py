@@ -42,7 +42,8 @@ def ask_pi(real: Path, tmp_path: Path) -> Oracle:
 
 
 def session_folders(m: Mount) -> list[Path]:
-    return sorted(p.parent for p in m.path.glob("*/*/session.jsonl"))
+    # (latest is a link to one of them)
+    return sorted(p.parent for p in m.path.glob("*/*/session.jsonl") if not p.parent.is_symlink())
 
 
 def real_file(folder: Path) -> Path:

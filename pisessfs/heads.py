@@ -1,0 +1,96 @@
+"""Session folder names for people, from the head of each session file.
+
+DESIGN.md "Session names": ``<UTC date and time of the header, to the minute>-<slug of the
+first user message>-<first 8 characters of the session id>``, e.g.
+``2026-03-02T0914-pytest-fails-on-the-ingredient-parser-019cadd3``. Only the head of a file
+is read for it (the header line, then lines up to the first user message, at most
+:data:`HEAD_BYTES`): naming the sessions of a project parses none of them.
+
+Also what else the head says that a folder shows without parsing: the working directory
+(``user.pi.cwd`` of a project) and the session id (an alias of the folder).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from . import render
+from .jsonl import decode_line
+from .model import iso_ms, parse_ts_ms
+from .names import id_name
+
+HEAD_BYTES = 1 << 20  # a first user message further in than this: no slug
+_CHUNK = 64 << 10
+SLUG_CHARS = 40
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """What the head of one session file says."""
+
+    name: str  # the folder name (before it is made unique in its folder)
+    session_id: str | None
+    cwd: str | None
+    complete: bool  # the first user message was there (a later read cannot change the name)
+
+
+def read_head(fd: int, stem: str) -> Head:
+    """The head of the open session file ``fd`` (``stem``: the file's name without
+    ``.jsonl``, the name of a file without a usable header)."""
+    header: dict[str, Any] | None = None
+    text: str | None = None
+    offset, rest = 0, b""
+    while offset < HEAD_BYTES and text is None:
+        chunk = os.pread(fd, _CHUNK, offset)
+        if not chunk:
+            break
+        offset += len(chunk)
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()
+        for raw in lines:
+            d = _object(raw)
+            if header is None:
+                header = d if d is not None else {}
+                continue
+            if d is not None and _is_user_message(d):
+                text = render.content_text(render.message_of(d).get("content"))
+                break
+    return _head(header or {}, text, stem)
+
+
+def _object(raw: bytes) -> dict[str, Any] | None:
+    d, _ = decode_line(raw.rstrip(b"\r"))
+    return d if isinstance(d, dict) else None
+
+
+def _is_user_message(d: dict[str, Any]) -> bool:
+    msg = d.get("message")
+    return d.get("type") == "message" and isinstance(msg, dict) and msg.get("role") == "user"
+
+
+def _head(header: dict[str, Any], text: str | None, stem: str) -> Head:
+    sid = header.get("id") if isinstance(header.get("id"), str) else header.get("sessionId")
+    sid = sid if isinstance(sid, str) and sid else None
+    cwd = header.get("cwd") if isinstance(header.get("cwd"), str) else None
+    when = _minute(header.get("timestamp") or header.get("createdAt"))
+    if when is None or sid is None:
+        return Head(stem, sid, cwd, True)  # no usable header: the file's own name
+    slug = render.slug(text or "", SLUG_CHARS)
+    parts = [when, slug, id_name(sid)[:8].rstrip("%")]
+    return Head("-".join(p for p in parts if p), sid, cwd, text is not None)
+
+
+def _minute(stamp: object) -> str | None:
+    """``2026-03-02T09:14:05.120Z`` -> ``2026-03-02T0914`` (UTC), None for no valid time."""
+    ms = parse_ts_ms(stamp)
+    if ms is None:
+        return None
+    try:
+        iso = iso_ms(ms)
+    except ValueError:
+        return None
+    if not iso[:1].isdigit():
+        return None  # a year past 9999 (+010000-…): no name starts with a sign
+    return iso[:11] + iso[11:13] + iso[14:16]

@@ -1,0 +1,93 @@
+"""Sessions named for people (DESIGN.md, "Session names"), on real mounts.
+
+``<UTC time of the header, to the minute>-<slug of the first user message>-<id8>``: stable
+across remounts, the stem and the session id resolve as links to it, ``latest`` per project,
+``user.pi.cwd`` on projects, ``parent`` to the session a fork came from. Hostile heads still
+give sane, unique names that stay inside their folder.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+
+from tests import damaged
+from tests.conftest import RECIPE, RECIPE_ID, RECIPE_STEM, mounted
+
+RECIPE_PROJECT = RECIPE.split("/")[0]
+FORK = "2026-03-02T0923-pytest-fails-on-the-ingredient-parser-019caddc"
+
+
+def test_sessions_are_named_for_people_and_keep_their_names(sessions: Path) -> None:
+    with mounted(sessions) as m:
+        first = sorted(os.listdir(m.path / RECIPE_PROJECT))
+        assert RECIPE.split("/")[1] in first
+        project = m.path / RECIPE_PROJECT
+        # the stem and the session id are links to the name, never listed
+        assert os.readlink(project / RECIPE_STEM) == RECIPE.split("/")[1]
+        assert os.readlink(project / RECIPE_ID) == RECIPE.split("/")[1]
+        assert RECIPE_STEM not in first and RECIPE_ID not in first
+        assert (project / RECIPE_STEM / "current").is_symlink()  # paths through it work
+        assert os.getxattr(project, "user.pi.cwd") == b"/home/ana/src/recipe-box"
+        # latest: the session whose file changed last
+        assert os.readlink(project / "latest") == FORK
+        real = Path(os.getxattr(m.path / RECIPE, "user.pi.file").decode())
+        os.utime(real)  # now this one changed last
+        assert os.readlink(project / "latest") == RECIPE.split("/")[1]
+        # a fork links to the session it came from (found in this root, though Pi wrote
+        # the path of the folder the examples were made in)
+        assert os.readlink(project / FORK / "parent") == "../" + RECIPE.split("/")[1]
+        assert "parent" not in os.listdir(m.path / RECIPE)
+        all_names = sorted(str(p.relative_to(m.path)) for p in m.path.glob("*/*"))
+    with mounted(sessions) as m:  # the same names on the next mount
+        assert sorted(os.listdir(m.path / RECIPE_PROJECT)) == first
+        assert sorted(str(p.relative_to(m.path)) for p in m.path.glob("*/*")) == all_names
+
+
+def test_hostile_heads_give_sane_unique_names(sessions: Path) -> None:
+    project = sessions / "--hostile--"
+    project.mkdir()
+    stamp = "2026-11-20T10:00:00.000Z"
+
+    def session(name: str, sid: object, first: object | None, stamp: object = stamp) -> None:
+        header = {**damaged.HEADER, "id": sid, "timestamp": stamp}
+        lines = [damaged.line(header)]
+        if first is not None:
+            entry = damaged.user("aaaaaaaa", None, "x")
+            entry["message"]["content"] = first  # type: ignore[index]
+            lines.append(damaged.line(entry))
+        (project / f"{name}.jsonl").write_bytes(b"".join(lines))
+
+    session("none", "11111111-x", None)  # no user message yet: no slug
+    session("huge", "22222222-x", "word " * 200_000)
+    session("control", "33333333-x", "\x00\x1b[31mred\x07 alert\r\nnext")
+    session("dots", "..", "up")
+    session("slash", "a/b/../../c", "slash")
+    session("md", "x.md", "dot md")
+    session("same1", "44444444-same", "twin")
+    session("same2", "44444444-same", "twin")  # a copied file: the same id and text
+    session("badtime", "55555555-x", "late", "not a time")
+    session("bigyear", "66666666-x", "far", 253402300800000 * 100)
+    with mounted(sessions) as m:
+        names = os.listdir(m.path / "hostile")
+        assert len(names) == len(set(names)) == 11  # ten sessions and latest
+        for name in names:
+            assert "/" not in name and not name.startswith((".", "-")), name
+            assert len(name.encode()) <= 255, name
+            assert all(ch.isprintable() for ch in name), name
+            folder = m.path / "hostile" / name
+            assert folder.resolve().parent == (m.path / "hostile").resolve(), name
+        assert "2026-11-20T1000-11111111" in names
+        assert any(n.startswith("2026-11-20T1000-word-word-") for n in names)
+        assert any("-alert-next-33333333" in n for n in names)  # control characters dropped
+        assert {"badtime", "bigyear"} <= set(names)  # no usable time: the file's own name
+        twins = sorted(n for n in names if "twin" in n)
+        assert twins == ["2026-11-20T1000-twin-44444444", "2026-11-20T1000-twin-44444444~2"]
+        for n in names:  # every listed name resolves, session.json says which file
+            if n != "latest":
+                doc = orjson.loads((m.path / "hostile" / n / "session.json").read_bytes())
+                assert doc["counts"]["entries"] >= 0
+        # an alias that would lead out of the folder or collide is not made
+        assert not os.path.lexists(m.path / "hostile" / "..x")
