@@ -224,8 +224,9 @@ class Operations(pyfuse3.Operations):
         self._files[fh] = self.view.snapshot(inode)
         # A message being written: the kernel's size for it follows the writer's bytes, so
         # this reader reads ours (the saved version) past the kernel's size and page cache.
-        immutable = self.view.immutable(inode) and not self.editor.writing(inode)
-        return pyfuse3.FileInfo(fh=fh, keep_cache=immutable, direct_io=not immutable)
+        # conversation.md only grows at its end: a repeated grep -r reads it from the cache.
+        cached = self.view.cacheable(inode) and not self.editor.writing(inode)
+        return pyfuse3.FileInfo(fh=fh, keep_cache=cached, direct_io=not cached)
 
     @handler
     async def read(self, fh: int, off: int, size: int) -> bytes:

@@ -43,6 +43,8 @@ class NodeKind:
     unparsed: ClassVar[bool] = False
     #: made from the whole session and rendered off the loop (``View.render_step``)
     whole: ClassVar[bool] = False
+    #: its bytes only ever grow at the end: what the page cache holds stays valid
+    append_only: ClassVar[bool] = False
 
     def child(self, v: View, key: Key, name: str) -> Key:
         raise NotADir(name)
@@ -345,6 +347,7 @@ class Json(Whole):
 
 class ConversationFile(Whole):
     name = "conv"
+    append_only = True
 
 
 WHOLE_KINDS = ("conv", "tree", "json")

@@ -700,6 +700,8 @@ class Store:
             old = self._lru.pop(sf.path, (0, 0.0))[0]
             self._lru[sf.path] = (size, now)  # last: O(1), this runs on every request
             self._total += size - old
+            if self._total <= self.cache_bytes:
+                return  # the common case: no walk over every session, on every request
             for path in list(self._lru):
                 held, used = self._lru[path]
                 if self._total <= self.cache_bytes or now - used < MIN_IDLE:

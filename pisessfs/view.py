@@ -190,14 +190,21 @@ class View:
         any_version: bool = False,
         waited: set[tuple[str, str, int]] | None = None,
     ) -> Work | None:
-        """Render tree.txt or session.json of ``s`` unless done already.
+        """Render a whole-session file of ``s`` unless done already.
 
         ``any_version``: for a lookup or a listing, which the kernel answers holding the
         folder's lock (every other name of the session folder waits): an older rendering's
         size serves; the kernel is told the new size when the next rendering is done.
+        conversation.md is always brought up to date: it is rendered for its new entries
+        only (cheap), and its size must be the bytes the page cache will hold for it.
         """
         hit = s.memo.get(kind)
-        if hit is not None and (
+        if KINDS[kind].append_only:
+            # (one rendering per request: a session growing meanwhile is shown next time)
+            done = hit is not None and hit[0] == s.version
+            if done or (hit is not None and (s.path, kind, hit[0]) in (waited or ())):
+                return None
+        elif hit is not None and (
             any_version
             or hit[0] == s.version
             or (s.path, kind, hit[0]) in (waited or ())
@@ -254,10 +261,16 @@ class View:
         key = self.key(ino)
         return key.path if key.kind in ("edir", "msg") else None
 
-    def immutable(self, ino: int) -> bool:
-        """Whether the node's bytes can never change (the kernel may cache them for long)."""
+    def cacheable(self, ino: int) -> bool:
+        """Whether the kernel may keep the node's bytes in its page cache across opens: they
+        never change, or only grow at their end (conversation.md). A change of the session
+        changes the node's mtime, and the kernel drops its pages at the next ``stat``
+        (``auto_inval_data``), without a request of ours waiting on them."""
         key = self.key(ino)
-        return key.kind != "scratch" and KINDS[key.kind].immutable
+        if key.kind == "scratch":
+            return False
+        kind = KINDS[key.kind]
+        return kind.immutable or kind.append_only
 
     def session(self, key: Key) -> Loaded:
         """The parsed session a node belongs to, as :meth:`ready` left it."""

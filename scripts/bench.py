@@ -1200,6 +1200,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, help="timed runs per figure (default 5, quick 3)")
     p.add_argument("--sessions", metavar="DIR", help="sessions folder (default: fixtures+examples)")
     p.add_argument("--scale", type=int, help="copies of each project folder (default 20, quick 4)")
+    p.add_argument(
+        "--examples-only",
+        action="store_true",
+        help="walk the 4 bundled example sessions only (no fixture sessions at hand)",
+    )
     p.add_argument("--word", default="timeout", help="what grep and rg look for")
     p.add_argument("--big-mb", type=int, help="size of the big session in MiB (default 100)")
     p.add_argument("--json", metavar="FILE", help="write every figure as JSON to FILE")
@@ -1220,6 +1225,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.big_mb = args.big_mb or (20 if args.quick else 100)
     if args.runs < 1 or args.scale < 1 or args.big_mb < 1:
         p.error("--runs, --scale and --big-mb must be positive")
+    if args.only in (None, "walk"):
+        walk_sources(args)  # before anything runs: missing input ends the bench at once
     return args
 
 
@@ -1293,11 +1300,28 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def walk_part(args: argparse.Namespace, tmp: Path, result: dict[str, Any], noise: Noise) -> None:
+def walk_sources(args: argparse.Namespace) -> list[Path]:
+    """What the walks measure: --sessions, else the generated fixtures and the examples.
+    Missing input is an error, never a smaller bench that looks like the real one."""
     if args.sessions:
-        src = [Path(args.sessions).expanduser()]
-    else:
-        src = [p for p in (FIXTURES, EXAMPLES) if p.is_dir()]
+        src = Path(args.sessions).expanduser()
+        if not src.is_dir():
+            raise SystemExit(f"bench: no sessions folder at {src}")
+        return [src]
+    if args.examples_only:
+        return [EXAMPLES]
+    if not FIXTURES.is_dir():
+        raise SystemExit(
+            f"bench: the generated fixture sessions are not at {FIXTURES} (the shared folder "
+            "beside the checkout); pass --sessions DIR, or --examples-only to bench the 4 "
+            "example sessions alone"
+        )
+    return [FIXTURES, EXAMPLES]
+
+
+def walk_part(args: argparse.Namespace, tmp: Path, result: dict[str, Any], noise: Noise) -> None:
+    src = walk_sources(args)
+    log("walks over: " + ", ".join(str(p) for p in src))
     sessions = tmp / "sessions"
     facts = build_sessions(src, sessions, args.scale)
     native = tmp / "native"

@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""A year of sessions: grep -r and rg over the mount against the raw JSONL folder.
+
+Generates (or reuses, with ``--corpus DIR``) a corpus of about ``--sessions`` session files
+and ``--mb`` MiB in ``--projects`` project folders, with Pi's shapes (scripts/bench.py's
+generator: long tool outputs, images, edits that branch, compactions, labels), two of them
+``--big-mb`` MiB each. Then, in one run, each figure the median of ``--runs``:
+
+- ``grep -r WORD`` and ``rg WORD`` over the mount against the same over the raw folder, warm
+  (one untimed run first) and cold (page cache dropped and, for the mount, a fresh daemon);
+- hits: matching lines over the mount (and in conversation.md alone) per matching entry of
+  the raw files; the bytes a walk reads against the raw bytes;
+- the daemon's memory after the walks; mount start, and the first ``ls -l`` of a project of
+  100 sessions on a fresh mount.
+
+    scripts/bench_scale.py [--quick] [--corpus DIR] [--sessions N] [--mb N] [--json FILE]
+
+Targets (DESIGN.md): warm grep -r <= 2x, rg <= 3x their raw runs, cold <= 4x; each message once.
+Cold runs need root (drop_caches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench as b  # the shared helpers: mounts, medians, the session generator
+
+TARGET_GREP_WARM = 2.0
+TARGET_RG_WARM = 3.0
+TARGET_COLD = 4.0
+MARKER = "corpus.json"  # what a generated corpus was made with
+
+
+def generate(root: Path, sessions: int, mb: int, projects: int, big_mb: int) -> dict[str, Any]:
+    """The corpus: two big sessions, the rest sized so the whole is about ``mb`` MiB
+    (sizes spread like a real folder: most small, some large)."""
+    rng = random.Random(2026)
+    rest = max(mb - 2 * big_mb, sessions // 10) << 20
+    weights = [rng.paretovariate(1.3) for _ in range(sessions - 2)]
+    scale = rest / sum(weights)
+    sizes = [big_mb << 20, big_mb << 20] + [max(4096, int(w * scale)) for w in weights]
+    t0 = time.perf_counter()
+    for i, size in enumerate(sizes):
+        folder = root / f"--home-ana-src-project-{i % projects:02d}--"
+        folder.mkdir(parents=True, exist_ok=True)
+        b.generate_session(folder / f"2026-{i:05d}.jsonl", size, seed=i)
+        if i % 500 == 0:
+            b.log(f"corpus: {i}/{len(sizes)} sessions, {time.perf_counter() - t0:.0f} s")
+    facts = {"sessions": len(sizes), "projects": projects, "bytes": _du(root)}
+    (root.parent / MARKER).write_bytes(orjson.dumps(facts))
+    return facts
+
+
+def _du(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*.jsonl"))
+
+
+def timed(argv: list[str]) -> tuple[float, bytes]:
+    t0 = time.perf_counter()
+    p = subprocess.run(argv, capture_output=True, env=b.ENV)
+    return time.perf_counter() - t0, p.stdout
+
+
+def walks(tool: str, word: str, top: Path) -> list[str]:
+    if tool == "grep":
+        return ["grep", "-r", word, str(top)]
+    return ["rg", "--no-messages", "-uu", word, str(top)]
+
+
+def warm(tool: str, word: str, top: Path, runs: int) -> list[float]:
+    timed(walks(tool, word, top))  # untimed: caches filled
+    return [timed(walks(tool, word, top))[0] for _ in range(runs)]
+
+
+def cold_raw(tool: str, word: str, top: Path, runs: int) -> list[float] | str:
+    out = []
+    for _ in range(runs):
+        why = b.drop_caches()
+        if why:
+            return why
+        out.append(timed(walks(tool, word, top))[0])
+    return out
+
+
+def cold_mount(tool: str, word: str, m: b.Mount, runs: int) -> list[float] | str:
+    out = []
+    for _ in range(runs):
+        m.stop()
+        why = b.drop_caches()
+        if why:
+            return why
+        m.start(timeout=120)
+        out.append(timed(walks(tool, word, m.mnt))[0])
+    return out
+
+
+def hits(word: str, raw: Path, mnt: Path) -> dict[str, int]:
+    """Matching lines over the mount (all, and in conversation.md) and matching raw lines
+    (one per entry: a JSONL line is an entry)."""
+    out = subprocess.run(["grep", "-rc", word, str(mnt)], capture_output=True, text=True).stdout
+    total = conv = 0
+    for line in out.splitlines():
+        path, _, n = line.rpartition(":")
+        total += int(n)
+        conv += int(n) if path.endswith("/conversation.md") else 0
+    raw_out = subprocess.run(["grep", "-rc", word, str(raw)], capture_output=True, text=True)
+    entries = sum(int(ln.rpartition(":")[2]) for ln in raw_out.stdout.splitlines())
+    return {"mount_lines": total, "conversation_lines": conv, "raw_entries": entries}
+
+
+def walked_bytes(mnt: Path) -> tuple[int, int]:
+    """Files and bytes a walk that does not follow links reads."""
+    files = size = 0
+    for dirpath, _dirs, names in os.walk(mnt):
+        for n in names:
+            st = os.lstat(os.path.join(dirpath, n))
+            if not os.path.islink(os.path.join(dirpath, n)):
+                files, size = files + 1, size + st.st_size
+    return files, size
+
+
+def first_listing(raw: Path, tmp: Path, project_sessions: int) -> dict[str, float]:
+    """Mount start and the first ``ls -l`` of a project of ``project_sessions`` sessions."""
+    src = next(p for p in sorted(raw.iterdir()) if p.is_dir())
+    one = tmp / "one" / "sessions"
+    (one / src.name).mkdir(parents=True)
+    for f in sorted(src.glob("*.jsonl"))[:project_sessions]:
+        os.link(f, one / src.name / f.name)
+    m = b.Mount("mount", one, tmp / "one" / "mnt", tmp / "one.log")
+    start = m.start()
+    try:
+        project = next(p for p in m.mnt.iterdir())
+        t, _ = timed(["ls", "-l", str(project)])
+        return {"mount_start_s": start, "first_ls_s": t, "sessions": project_sessions}
+    finally:
+        m.stop()
+
+
+def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    corpus = Path(args.corpus) if args.corpus else tmp / "corpus"
+    raw = corpus / "sessions"
+    if (corpus / MARKER).exists():
+        facts = orjson.loads((corpus / MARKER).read_bytes())
+        b.log(f"corpus: reusing {raw} ({facts['sessions']} sessions)")
+    else:
+        b.log(f"corpus: generating {args.sessions} sessions, {args.mb} MiB into {raw}")
+        facts = generate(raw, args.sessions, args.mb, args.projects, args.big_mb)
+    result: dict[str, Any] = {"corpus": facts, "word": args.word, "runs": args.runs}
+    m = b.Mount("mount", raw, tmp / "mnt", tmp / "mount.log")
+    result["mount_start_s"] = m.start(timeout=120)
+    try:
+        b.log("first walk of the mount (renders every conversation.md)")
+        result["first_grep_s"], _ = timed(walks("grep", args.word, m.mnt))
+        for tool in ("grep", "rg"):
+            b.log(f"{tool}: warm")
+            result[f"{tool}_warm_raw"] = warm(tool, args.word, raw, args.runs)
+            result[f"{tool}_warm_mount"] = warm(tool, args.word, m.mnt, args.runs)
+        result["memory_kb"] = b.vm_kb(m.pid)
+        result["hits"] = hits(args.word, raw, m.mnt)
+        result["walk_files"], result["walk_bytes"] = walked_bytes(m.mnt)
+        if not args.no_cold:
+            for tool in ("grep", "rg"):
+                b.log(f"{tool}: cold")
+                result[f"{tool}_cold_raw"] = cold_raw(tool, args.word, raw, args.cold_runs)
+                result[f"{tool}_cold_mount"] = cold_mount(tool, args.word, m, args.cold_runs)
+    finally:
+        m.stop()
+    result["listing"] = first_listing(raw, tmp, 100)
+    return result
+
+
+def report(r: dict[str, Any]) -> str:
+    c = r["corpus"]
+    lines = [
+        f"corpus: {c['sessions']} sessions in {c['projects']} projects, "
+        f"{c['bytes'] / 2**20:.0f} MiB; word {r['word']!r}; medians of {r['runs']} runs",
+        f"mount start {r['mount_start_s']:.2f} s; first grep -r (renders everything) "
+        f"{r['first_grep_s']:.1f} s",
+        "",
+        f"{'what':<22} {'raw s':>8} {'mount s':>8} {'ratio':>6} {'target':>7}",
+    ]
+    for tool, target in (("grep", TARGET_GREP_WARM), ("rg", TARGET_RG_WARM)):
+        for kind, tgt in (("warm", target), ("cold", TARGET_COLD)):
+            raw, mnt = r.get(f"{tool}_{kind}_raw"), r.get(f"{tool}_{kind}_mount")
+            if isinstance(raw, str) or isinstance(mnt, str) or raw is None or mnt is None:
+                lines.append(f"{tool + ' ' + kind:<22} skipped: {raw if raw else mnt}")
+                continue
+            a, m = b.median(raw), b.median(mnt)
+            mark = "ok" if m / a <= tgt else "MISS"
+            what = f"{tool} -r {kind}" if tool == "grep" else f"{tool} {kind}"
+            lines.append(f"{what:<22} {a:8.2f} {m:8.2f} {m / a:6.2f} {tgt:6.1f}x {mark}")
+    h = r["hits"]
+    per = h["conversation_lines"] / max(1, h["raw_entries"])
+    lines += [
+        "",
+        f"hits: {h['mount_lines']} matching lines over the mount, {h['conversation_lines']} in "
+        f"conversation.md, for {h['raw_entries']} matching entries ({per:.2f} per entry; a "
+        "message may hold the word on several lines)",
+        f"a walk reads {r['walk_files']} files, {r['walk_bytes'] / 2**20:.0f} MiB "
+        f"({r['walk_bytes'] / c['bytes']:.2f}x the raw bytes)",
+        f"daemon memory after the walks: RSS {r['memory_kb']['VmRSS'] / 1024:.0f} MiB, "
+        f"peak {r['memory_kb']['VmHWM'] / 1024:.0f} MiB",
+        f"fresh mount of {r['listing']['sessions']} sessions: start "
+        f"{r['listing']['mount_start_s']:.2f} s, first ls -l {r['listing']['first_ls_s']:.2f} s",
+    ]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="scripts/bench_scale.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="500 sessions, 100 MiB, 2 runs")
+    p.add_argument("--corpus", metavar="DIR", help="generate into (or reuse) DIR")
+    p.add_argument("--sessions", type=int, help="session files (default 5000)")
+    p.add_argument("--mb", type=int, help="total MiB (default 1024)")
+    p.add_argument("--big-mb", type=int, help="size of each of the two big sessions (default 100)")
+    p.add_argument("--projects", type=int, default=50)
+    p.add_argument("--runs", type=int, help="warm runs per figure (default 5)")
+    p.add_argument("--cold-runs", type=int, help="cold runs per figure (default 3)")
+    p.add_argument("--word", default="timeout")
+    p.add_argument("--no-cold", action="store_true")
+    p.add_argument("--json", metavar="FILE")
+    p.add_argument("--tmp", metavar="DIR")
+    a = p.parse_args(argv)
+    a.sessions = a.sessions or (500 if a.quick else 5000)
+    a.mb = a.mb or (100 if a.quick else 1024)
+    a.big_mb = a.big_mb or (10 if a.quick else 100)
+    a.runs = a.runs or (2 if a.quick else 5)
+    a.cold_runs = a.cold_runs or (1 if a.quick else 3)
+    for tool in ("grep", "rg", "fusermount3"):
+        if shutil.which(tool) is None:
+            p.error(f"{tool} not found (run ./scripts/setup)")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(dir=args.tmp, prefix="pisessfs-scale-") as tmp:
+        try:
+            result = run(args, Path(tmp))
+        finally:
+            b.stop_all()
+    print(report(result))
+    if args.json:
+        Path(args.json).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
