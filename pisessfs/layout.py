@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import posixpath
 import stat
+import time
 from typing import TYPE_CHECKING, ClassVar
 
 from .errors import IsADir, NotADir, NotALink, NotFound
@@ -41,8 +42,6 @@ class NodeKind:
     sessionless: ClassVar[bool] = False
     #: its attributes come from the file's stat alone (without parsing the session)
     unparsed: ClassVar[bool] = False
-    #: made from the whole session and rendered off the loop (``View.render_step``)
-    whole: ClassVar[bool] = False
     #: its bytes only ever grow at the end: what the page cache holds stays valid
     append_only: ClassVar[bool] = False
 
@@ -294,7 +293,7 @@ class Branch(NodeKind):
     def attr(self, v: View, ino: int, key: Key) -> Attr:
         s = v.session(key)
         assert s.ident is not None
-        size = len(self.content(v, key))
+        size = v.branch_size(s, key.eid)  # without making the text: rg stats every link
         ns = v.entry_ns(s, key.eid)
         return v.bounded(ino, stat.S_IFREG | 0o444, s.ident, size, ns, 1, True)
 
@@ -311,13 +310,11 @@ class Branch(NodeKind):
         listing: bool,
         waited: Waited,
     ) -> Work | None:
-        return v.branch_step(sf, s, key.eid)
+        return v.branch_step(sf, s, key.eid, whole=not attr_only)
 
 
 class Whole(NodeKind):
     """A file made from the whole session, rendered off the loop once per change."""
-
-    whole = True
 
     def content(self, v: View, key: Key) -> bytes:
         return v.session_text(v.session(key), self.name)
@@ -471,6 +468,19 @@ def parent_of(v: View, s: Loaded) -> str | None:
     parent = header.fields.get("parentSession") if header is not None else None
     if not isinstance(parent, str) or not parent.endswith(".jsonl") or "\0" in parent:
         return None
+    hit = s.memo.get("parent")
+    if hit is not None and time.monotonic() - hit[0] < PARENT_TTL:
+        known: str | None = hit[1]  # every lookup in the folder asks: no walk of listings
+        return known
+    found = _find_parent(v, s, parent)
+    s.memo["parent"] = (time.monotonic(), found)
+    return found
+
+
+PARENT_TTL = 10.0  # seconds a parent link (or its absence) is trusted: the parent may come
+
+
+def _find_parent(v: View, s: Loaded, parent: str) -> str | None:
     root = v.store.root
     parent = posixpath.normpath(parent)
     tail = parent.split("/")[-2:]

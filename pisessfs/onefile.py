@@ -71,11 +71,6 @@ def problem_note(pr: Problem) -> bytes:
     return encode(f"> problem: line {pr.line}: {pr.kind}: {pr.detail}\n\n")
 
 
-def branch(pieces: Sequence[Piece], folder_of: Callable[[Entry], str]) -> bytes:
-    """The path root→entry as one file."""
-    return b"".join(block(p, folder_of(p.entry)) for p in pieces)
-
-
 def continues_from(e: Entry, above: Entry | None, number: Callable[[str], int]) -> str | None:
     """What a heading of conversation.md says about its parent, when that is not the entry
     just above it (so branches read as branches)."""

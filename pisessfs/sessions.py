@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 __all__ = ["YIELD", "Identity", "Loaded", "SessionFile", "Store", "Unreadable", "Work"]
 
 VOLATILE = ("listed",)  # whole-session memos dropped on every change (renders carry versions)
+RENDERED = ("conv", "tree", "json")  # memos of whole-session renderings: (version, bytes, …)
 _RACY_NS = 100_000_000
 _WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
 # Bytes read and parsed at a time by a whole read: above glibc's largest mmap threshold
@@ -52,6 +53,7 @@ _WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
 _CHUNK = 40 << 20
 INLINE_BYTES = 512 << 10  # parsed on the event loop at a time (a few ms at most)
 MIN_IDLE = 5.0  # seconds a parsed session is kept past the cap after its last use
+FREEZE_EVERY = 100_000  # appended entries after which the collector stops walking them
 
 Work = Callable[[], object]  # blocking work a step hands back, to run off the loop
 
@@ -139,6 +141,7 @@ class Loaded:
         # file only grows; whole-session ones carry the version they were made from.
         self.memo: dict[str, Any] = {}
         self.rebuilds = 0  # times the index was built again (the memo cleared)
+        self.frozen_at = 0  # entries consumed when the collector last froze its objects
 
     @property
     def entries(self) -> list[Entry]:
@@ -208,7 +211,14 @@ class Loaded:
         return self.pread(self.size, 0)
 
     def nbytes(self) -> int:
-        return self.size
+        """What this state holds, as counted against the cache's cap: the file's size (the
+        index costs about half of it) and the whole-session files rendered from it."""
+        rendered = 0
+        for k in RENDERED:
+            hit = self.memo.get(k)
+            if hit is not None:
+                rendered += len(hit[1])
+        return self.size + rendered
 
     def absorb(self, fd: int, ident: Identity, limit: int | None = None) -> bool:
         """Parse the bytes of ``fd`` after those parsed so far, up to ``ident.size``, at most
@@ -379,6 +389,12 @@ class SessionFile:
             if cur.size >= INLINE_BYTES:
                 return self.rebuild
             cur.rebuild()
+        if cur.consumed - cur.frozen_at >= FREEZE_EVERY:
+            # A session grown by appends to hundreds of thousands of entries is as big as one
+            # read whole: the collector's full passes over it (a second or more, on whichever
+            # thread allocates, often the loop) stop once its entries are frozen too.
+            cur.frozen_at = cur.consumed
+            gc.freeze()
         self.store.touch(self)
         return None if done and cur.ident == ident else YIELD
 

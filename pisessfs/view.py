@@ -1,13 +1,15 @@
-"""What the sessions look like as a file system: the layout, here and only here.
+"""The mount's namespace: inodes, bringing a node up to date, the caches, the scratch layer.
 
-This module owns inode numbers, names, lookup, listings, attributes, file contents, link
-targets and extended attributes of every node of the mount (DESIGN.md, "Layout"). It is
-synchronous and FUSE-free: it raises the exceptions below, and ``fuse_ops`` turns them into
-errno. Nothing here blocks for long: :meth:`View.ready` brings a node's session (and, for the
-whole-session files, their rendering) up to date in steps, and when a step needs blocking
-work it raises :class:`Busy` with that work for the adapter to run off the event loop (with
-``defer=False``, for tests and scripts, the work is simply done). Every other method reads
-the session as the last ``ready`` left it.
+This module owns inode numbers, the render caches, the editors' scratch layer, extended
+attributes and the helpers every kind of node uses; what each kind of node resolves, lists,
+shows and holds is in ``layout`` (one class per kind, DESIGN.md "Layout"), which the view
+hands each request to. It is synchronous and FUSE-free: it raises the exceptions of
+``errors``, and ``fuse_ops`` turns them into errno. Nothing here blocks for long:
+:meth:`View.ready` brings a node's session (and, for the whole-session files, their
+rendering) up to date in steps, and when a step needs blocking work it raises :class:`Busy`
+with that work for the adapter to run off the event loop (with ``defer=False``, for tests
+and scripts, the work is simply done). Every other method reads the session as the last
+``ready`` left it.
 
 What a node shows is bounded by its real file: owner, group and permission bits of a session
 file bound everything under its folder, a project folder's bound its listing (DESIGN.md,
@@ -540,15 +542,40 @@ class View:
             self._cache.move_to_end(key)
             return hit[0]
         self.entry(s, eid)
-        pieces = [self.piece(s, s.index.by_id[i]) for i in s.index.path(eid)]
-        data = onefile.branch(pieces, lambda e: "../nodes/" + id_name(e.id))
+        data = b"".join(self._branch_block(s, i) for i in s.index.path(eid))
         return self._keep(key, (data, []))[0]
 
-    def branch_step(self, sf: SessionFile, s: Loaded, eid: str) -> Work | None:
-        """A long path's one-file view is made off the loop, then served from the cache."""
-        if Key("branch", s.path, s.epoch, eid) in self._cache or s.size < INLINE_BYTES:
+    def _branch_block(self, s: Loaded, eid: str) -> bytes:
+        return onefile.block(self.piece(s, s.index.by_id[eid]), "../nodes/" + id_name(eid))
+
+    def branch_size(self, s: Loaded, eid: str) -> int:
+        """The size of ``nodes/<id>.md`` without making it: the size of its parent's view
+        plus its own block, kept per entry (``stat`` of every branch link, as ``rg`` does
+        while it walks, costs one block per entry, not one path per leaf)."""
+        sizes: dict[str, int] = s.memo.setdefault("branch_sizes", {})
+        self.entry(s, eid)
+        todo: list[str] = []
+        cur: str | None = eid
+        while cur is not None and cur not in sizes:
+            todo.append(cur)
+            cur = s.index.parent[cur]
+        total = sizes[cur] if cur is not None else 0
+        for i in reversed(todo):
+            total += len(self._branch_block(s, i))
+            sizes[i] = total
+        return sizes[eid]
+
+    def branch_step(self, sf: SessionFile, s: Loaded, eid: str, whole: bool) -> Work | None:
+        """A long path's size (``whole``: its text) is made off the loop, then kept."""
+        if s.size < INLINE_BYTES:
             return None
-        return lambda: self.branch_text(s, eid)
+        if whole:
+            if Key("branch", s.path, s.epoch, eid) in self._cache:
+                return None
+            return lambda: self.branch_text(s, eid)
+        if eid in s.memo.get("branch_sizes", ()):
+            return None
+        return lambda: self.branch_size(s, eid)
 
     def _conversation(self, s: Loaded) -> bytes:
         """``conversation.md``: the entries not shown yet are added at its end."""

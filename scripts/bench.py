@@ -251,6 +251,7 @@ class Mount:
         self.mnt = mnt
         self.logfile = logfile
         self.proc: subprocess.Popen[bytes] | None = None
+        self.extra: list[str] = []  # more options of pisessfs mount
 
     def argv(self) -> list[str]:
         if self.kind == "mount":
@@ -268,7 +269,7 @@ class Mount:
         if mounted(self.mnt):
             raise RuntimeError(f"{self.mnt} is already mounted")
         if self.kind == "mount":
-            argv = [*self.argv(), "--sessions", str(self.source), str(self.mnt)]
+            argv = [*self.argv(), "--sessions", str(self.source), *self.extra, str(self.mnt)]
         else:
             argv = [*self.argv(), str(self.source), str(self.mnt)]
         with open(self.logfile, "ab") as logf:

@@ -158,7 +158,11 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         b.log(f"corpus: generating {args.sessions} sessions, {args.mb} MiB into {raw}")
         facts = generate(raw, args.sessions, args.mb, args.projects, args.big_mb)
     result: dict[str, Any] = {"corpus": facts, "word": args.word, "runs": args.runs}
+    result["code"] = b.snapshot_code(tmp)  # cold runs start daemons: all of one version
     m = b.Mount("mount", raw, tmp / "mnt", tmp / "mount.log")
+    if args.cache_mb:
+        m.extra = ["--cache-mb", str(args.cache_mb)]
+        result["cache_mb"] = args.cache_mb
     result["mount_start_s"] = m.start(timeout=120)
     try:
         b.log("first walk of the mount (renders every conversation.md)")
@@ -187,7 +191,7 @@ def report(r: dict[str, Any]) -> str:
         f"corpus: {c['sessions']} sessions in {c['projects']} projects, "
         f"{c['bytes'] / 2**20:.0f} MiB; word {r['word']!r}; medians of {r['runs']} runs",
         f"mount start {r['mount_start_s']:.2f} s; first grep -r (renders everything) "
-        f"{r['first_grep_s']:.1f} s",
+        f"{r['first_grep_s']:.1f} s; daemon --cache-mb {r.get('cache_mb', 'default')}",
         "",
         f"{'what':<22} {'raw s':>8} {'mount s':>8} {'ratio':>6} {'target':>7}",
     ]
@@ -229,6 +233,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, help="warm runs per figure (default 5)")
     p.add_argument("--cold-runs", type=int, help="cold runs per figure (default 3)")
     p.add_argument("--word", default="timeout")
+    p.add_argument("--cache-mb", type=int, help="the daemon's --cache-mb (default: its own)")
     p.add_argument("--no-cold", action="store_true")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--tmp", metavar="DIR")

@@ -110,3 +110,18 @@ def test_find_du_and_cp_r_keep_links_as_links(mount: Mount, tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     assert (copy / "current").is_symlink() and (copy / "session.jsonl").is_symlink()
     assert (copy / "conversation.md").read_bytes() == (session / "conversation.md").read_bytes()
+
+
+def test_every_branch_view_has_its_exact_size(mount: Mount) -> None:
+    """``stat`` of a branch view (what rg asks of every link it meets) gives its size
+    without making its text, and that size is the bytes ``cat`` then reads."""
+    checked = 0
+    for view in sorted(mount.path.glob("*/*/leaves/*.md")) + sorted(
+        mount.path.glob("*/*/current.md")
+    ):
+        if view.parents[1].is_symlink() or view.parent.is_symlink():
+            continue  # latest/: the same session again
+        size = os.stat(view).st_size
+        assert size == len(view.read_bytes()), view
+        checked += 1
+    assert checked >= 20, checked
