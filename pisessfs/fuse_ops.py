@@ -15,6 +15,7 @@ import itertools
 import logging
 import os
 import stat
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, ParamSpec, TypeVar
 
@@ -117,6 +118,8 @@ class Operations(pyfuse3.Operations):
         self._locks: dict[str, trio.Lock] = {}
         self._send, self._recv = trio.open_memory_channel[tuple[int, str | None]](10_000)
         self._fh = itertools.count(1)
+        self._full_said = -60.0  # when "invalidation queue full" was last logged
+        self._queued: set[tuple[int, str | None]] = set()  # sent, not yet done
         self._dirs: dict[int, list[tuple[str, v.Attr]]] = {}
         self._files: dict[int, v.Snapshot] = {}  # read handles: what each one reads
         # Folders a recursive removal was told it removed (they stay): the kernel marked its
@@ -436,10 +439,16 @@ class Operations(pyfuse3.Operations):
         queue = self.view.invalidations
         while queue:
             item = queue.popleft()
+            if item in self._queued:
+                continue  # already on its way: a burst of appends asks for the same ones
             try:
                 self._send.send_nowait(item)
+                self._queued.add(item)
             except trio.WouldBlock:
-                log.warning("invalidation queue full: the kernel may serve stale data briefly")
+                now = time.monotonic()
+                if now - self._full_said > 60:  # once a minute: a burst fills it many times
+                    self._full_said = now
+                    log.warning("invalidation queue full: the kernel may serve stale data briefly")
                 queue.clear()
 
     async def invalidator(self) -> None:
@@ -452,6 +461,7 @@ class Operations(pyfuse3.Operations):
         ever waited for.
         """
         async for ino, name in self._recv:
+            self._queued.discard((ino, name))  # a change from now on asks again
             try:
                 if name is None:
                     await trio.to_thread.run_sync(pyfuse3.invalidate_inode, ino, True)

@@ -323,6 +323,15 @@ class Loaded:
                 log.warning("%s:%d: %s: %s", self.path, p.line, p.kind, p.detail)
 
 
+def _freeze_grown(cur: Loaded) -> None:
+    """A session grown by appends to hundreds of thousands of entries is as big as one read
+    whole: the collector's full passes over it (a second or more, on whichever thread
+    allocates, often the loop) stop once its entries are frozen too."""
+    if cur.consumed - cur.frozen_at >= FREEZE_EVERY:
+        cur.frozen_at = cur.consumed
+        gc.freeze()
+
+
 def _same(a: Entry, b: Entry) -> bool:
     return (a.line, a.start, a.id, a.parent_id, a.type, a.kind) == (
         b.line,
@@ -372,6 +381,8 @@ class SessionFile:
             self.store.touch(self)
             return None
         if cur is not None and self._grew(cur, ident):
+            if ident.size - cur.size > INLINE_BYTES:
+                return self.catch_up  # a burst (Pi writing megabytes a second): off the loop
             return self._append(cur, ident)
         if ident.size >= INLINE_BYTES:
             return self.reload
@@ -389,14 +400,27 @@ class SessionFile:
             if cur.size >= INLINE_BYTES:
                 return self.rebuild
             cur.rebuild()
-        if cur.consumed - cur.frozen_at >= FREEZE_EVERY:
-            # A session grown by appends to hundreds of thousands of entries is as big as one
-            # read whole: the collector's full passes over it (a second or more, on whichever
-            # thread allocates, often the loop) stop once its entries are frozen too.
-            cur.frozen_at = cur.consumed
-            gc.freeze()
+        _freeze_grown(cur)
         self.store.touch(self)
         return None if done and cur.ident == ident else YIELD
+
+    def catch_up(self) -> None:
+        """Blocking: parse what was appended in one go (a burst bigger than a slice). In
+        slices on the loop, 10 MB/s of appends kept the loop busy half the time, and other
+        sessions' requests waited behind them for over a second."""
+        with self.lock:
+            cur = self.loaded
+            ident = Identity.of(self.stat())
+            if cur is None or cur.ident == ident or not self._grew(cur, ident):
+                return  # done meanwhile, or not an append: the next step sees to it
+            with self.store.files.reading(self.path, ident.dev, ident.ino) as fd:
+                try:
+                    cur.absorb(fd, ident)
+                except OSError as err:
+                    raise Unreadable(self.path, err) from None
+            if not cur.index_new():
+                cur.rebuild()
+            _freeze_grown(cur)
 
     def wait(self) -> None:
         """Blocking: wait for the thread that holds the session to be done with it."""
