@@ -36,9 +36,10 @@ class Head:
     complete: bool  # the first user message was there (a later read cannot change the name)
 
 
-def read_head(fd: int, stem: str) -> Head:
+def read_head(fd: int, stem: str, slug: bool = True) -> Head:
     """The head of the open session file ``fd`` (``stem``: the file's name without
-    ``.jsonl``, the name of a file without a usable header)."""
+    ``.jsonl``, the name of a file without a usable header). ``slug=False``: the name says
+    nothing of the first message (a file some who can list its folder may not read)."""
     header: dict[str, Any] | None = None
     text: str | None = None
     offset, rest = 0, b""
@@ -57,7 +58,14 @@ def read_head(fd: int, stem: str) -> Head:
             if d is not None and _is_user_message(d):
                 text = render.content_text(render.message_of(d).get("content"))
                 break
-    return _head(header or {}, text, stem)
+    return _head(header or {}, text if slug else "", stem)
+
+
+def private(file_mode: int, folder_mode: int) -> bool:
+    """Whether a class (owner, group, others) that may list the folder may not read the file:
+    then the folder's name must not show the first message (everyone who lists the project
+    sees it)."""
+    return any((folder_mode >> s) & 4 and not (file_mode >> s) & 4 for s in (6, 3, 0))
 
 
 def _object(raw: bytes) -> dict[str, Any] | None:

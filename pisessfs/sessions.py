@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .files import Files, Unreadable
-from .heads import Head, read_head
+from .heads import Head, private, read_head
 from .jsonl import Parser, Stats, decode_line
 from .model import Entry, Problem
 from .tree import Index, NeedsRebuild
@@ -599,6 +599,7 @@ class Store:
         self._listings: dict[str, tuple[int, list[Listing], dict[str, Listing]]] = {}
         self._heads: dict[str, Head] = {}  # session file -> its head: names fixed while mounted
         self._shown: dict[str, str] = {}  # path -> the name it was listed with
+        self._hidden: dict[str, bool] = {}  # path -> whether its name leaves out the slug
         self._lru_lock = threading.Lock()
 
     def _cached(self, folder: str, build: Callable[[], list[Listing]]) -> list[Listing]:
@@ -669,13 +670,36 @@ class Store:
             except Unreadable:
                 return Head(stem, None, None, False)  # unreadable: asked again next time
             try:
-                head = read_head(fd, stem)
-            except OSError:
+                hidden = self._private(path, os.fstat(fd).st_mode)
+                head = read_head(fd, stem, slug=not hidden)
+                self._hidden[path] = hidden
+            except (OSError, Unreadable):
                 head = Head(stem, None, None, False)
             finally:
                 os.close(fd)
             self._heads[path] = head
         return head
+
+    def _private(self, path: str, mode: int) -> bool:
+        return private(mode, self.files.lstat(os.path.dirname(path)).st_mode & self.files.reach)
+
+    def mode_changed(self, path: str) -> str | None:
+        """A session file's bits changed (chmod): when that changes whether its name may show
+        its first message, the name is made again (the one exception to names fixed while
+        mounted: no one may read in a name what they may not read in the file). Returns the
+        old name, when it changed."""
+        if path not in self._heads:
+            return None
+        try:
+            hidden = self._private(path, self.files.lstat(path).st_mode)
+        except Unreadable:
+            return None
+        if hidden == self._hidden.get(path):
+            return None
+        old = self._shown.pop(path, None)
+        self._heads.pop(path, None)
+        self._listings.pop(os.path.dirname(path), None)
+        return old
 
     def shown_path(self, path: str) -> str | None:
         """Where session file ``path`` is in the mount (``/<project>/<name>``, ``/<name>``

@@ -95,6 +95,9 @@ class Watcher:
             # chmod, chown: what everything under the session's folder may show changed,
             # and the kernel caches the attributes of entry nodes for long.
             self.view.changed_everything_of(path)
+            old = self.store.mode_changed(path)  # its name may no longer show its text
+            if old is not None:
+                self._folder_changed(folder, old)
         if ev.mask & _GONE:
             self.store.forget(path)
             self.view.changed_session(path)

@@ -882,7 +882,13 @@ def per_path_leaks(
 ) -> tuple[int, int]:
     """Every path under the mount (as root sees it), tried as the other user:
     (private paths that gave anything, public files they could not read)."""
-    hidden = {(f"{p}", s) for p, s, _, _, priv in OTHER_FILES if priv}
+    private_stems = {(p, s) for p, s, _, _, priv in OTHER_FILES if priv}
+    hidden = set()  # (project, session folder): folders are named for people, not stems
+    for folder in mnt.glob("*/*"):
+        if folder.is_dir() and not folder.is_symlink():
+            stem = Path(os.getxattr(folder, "user.pi.file").decode()).stem
+            if (folder.parent.name, stem) in private_stems:
+                hidden.add((folder.parent.name, folder.name))
     leaks = refused = tried = public = 0
     for p in all_paths(mnt):
         rel = p.relative_to(mnt).parts

@@ -9,12 +9,13 @@ give sane, unique names that stay inside their folder.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import orjson
 
 from tests import damaged
-from tests.conftest import RECIPE, RECIPE_ID, RECIPE_STEM, mounted
+from tests.conftest import RECIPE, RECIPE_ID, RECIPE_STEM, mounted, wait_for
 
 RECIPE_PROJECT = RECIPE.split("/")[0]
 FORK = "2026-03-02T0923-pytest-fails-on-the-ingredient-parser-019caddc"
@@ -91,3 +92,29 @@ def test_hostile_heads_give_sane_unique_names(sessions: Path) -> None:
                 assert doc["counts"]["entries"] >= 0
         # an alias that would lead out of the folder or collide is not made
         assert not os.path.lexists(m.path / "hostile" / "..x")
+
+
+def test_a_name_never_shows_the_text_of_a_file_others_may_not_read() -> None:
+    """Everyone who may list a project sees its folder names: a session file they may not
+    read is named without the slug of its first message, and a chmod renames it."""
+    base = Path("/var/tmp") / f"pisessfs-names-{os.getpid()}"  # reachable by every user
+    shutil.rmtree(base, ignore_errors=True)
+    sessions = base / "sessions"
+    project = sessions / "--private--"
+    project.mkdir(parents=True)
+    for d in (base, sessions):
+        os.chmod(d, 0o755)
+    f = project / "s.jsonl"
+    header = {**damaged.HEADER, "id": "77777777-x", "timestamp": "2026-11-20T10:00:00.000Z"}
+    f.write_bytes(damaged.line(header) + damaged.line(damaged.user("a", None, "secret plan")))
+    os.chmod(f, 0o600)
+    os.chmod(project, 0o755)
+    with mounted(sessions) as m:
+        folder = m.path / "private"
+        assert sorted(os.listdir(folder)) == ["2026-11-20T1000-77777777", "latest"]
+        os.chmod(f, 0o644)  # now anyone may read it: the name may say what it is about
+        wait_for(
+            lambda: "2026-11-20T1000-secret-plan-77777777" in os.listdir(folder), 5, "the rename"
+        )
+        assert os.readlink(folder / "s") == "2026-11-20T1000-secret-plan-77777777"
+    shutil.rmtree(base, ignore_errors=True)
