@@ -23,7 +23,7 @@ import orjson
 import pytest
 
 from tests import damaged
-from tests.conftest import RECIPE, RECIPE_STEM, Mount, mounted, need, wait_for
+from tests.conftest import RECIPE, RECIPE_STEM, Mount, mounted, named, need, wait_for
 
 SECRET = b"TOP-SECRET-LINE-OUTSIDE-THE-ROOT"
 
@@ -181,7 +181,9 @@ def test_another_user_sees_only_what_the_real_files_allow(sessions: Path, open_b
     os.chmod(public.parent, 0o755)
     os.chmod(public, 0o644)
     with mounted(root, "--allow-other", base=open_base) as m:
-        secret_dir = m.path / RECIPE
+        # (named without the slug of its first message: others may list its folder)
+        secret_dir = named(m.path / RECIPE.split("/")[0] / RECIPE_STEM)
+        assert secret_dir.name == "2026-03-02T0914-019cadd3"
         st = os.stat(secret_dir)
         assert (st.st_uid, st.st_mode & 0o777) == (0, 0o700)  # rw- file: its owner may trash it
         current = os.stat(secret_dir / "current" / "0002-user.md")
