@@ -21,7 +21,7 @@ from .jsonl import decode_line
 from .model import iso_ms, parse_ts_ms
 from .names import id_name
 
-HEAD_BYTES = 1 << 20  # a first user message further in than this: no slug
+HEAD_BYTES = 256 << 10  # a first user message further in than this: no slug
 _CHUNK = 64 << 10
 SLUG_CHARS = 40
 

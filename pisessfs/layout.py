@@ -82,6 +82,13 @@ class NodeKind:
         """Work still to do before this node answers (after its session is up to date)."""
         return None
 
+    def prepare(self, v: View, key: Key) -> Work | None:
+        """Work still to do before a node of no session answers."""
+        return None
+
+
+HEADS_INLINE = 8  # new session files whose heads are read on the loop; more: in a thread
+
 
 # -- folders --------------------------------------------------------------------------------
 
@@ -98,6 +105,14 @@ class Root(NodeKind):
 
     def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
         return [(i.name, v.item_key(i)) for i in v.store.top()]
+
+    def prepare(self, v: View, key: Key) -> Work | None:
+        # Naming its sessions reads the head of each new file: for a folder of a thousand
+        # new sessions, seconds of reads, made off the loop.
+        missing = v.store.heads_missing(key.path or v.store.root)
+        if len(missing) <= HEADS_INLINE:
+            return None
+        return lambda: v.store.read_heads(missing)
 
     def attr(self, v: View, ino: int, key: Key) -> Attr:
         # From stat alone: listing a project parses nothing. Who may move a session file out

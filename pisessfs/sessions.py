@@ -680,6 +680,23 @@ class Store:
             self._heads[path] = head
         return head
 
+    def heads_missing(self, folder: str) -> list[str]:
+        """The session files of ``folder`` whose heads are not read yet, when its listing is
+        to be made again (else none: one stat)."""
+        hit = self._listings.get(folder)
+        if hit is not None and hit[0] == self.files.lstat(folder).st_mtime_ns:
+            return []
+        return [
+            d.path
+            for d in self.files.scandir(folder)
+            if d.is_file and _is_session_name(d.name) and d.path not in self._heads
+        ]
+
+    def read_heads(self, paths: list[str]) -> None:
+        """Blocking: read the heads of ``paths`` (a folder of many new sessions)."""
+        for path in paths:
+            self.head(path)
+
     def _private(self, path: str, mode: int) -> bool:
         return private(mode, self.files.lstat(os.path.dirname(path)).st_mode & self.files.reach)
 

@@ -164,7 +164,10 @@ class View:
         if key.kind == "scratch":
             return
         node = KINDS[key.kind]
-        if node.sessionless or (attr_only and node.unparsed):
+        if node.sessionless:
+            self._settle(lambda: node.prepare(self, key))
+            return
+        if attr_only and node.unparsed:
             return
         sf = self.store.session(key.path)
         s = sf.loaded
