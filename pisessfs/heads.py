@@ -33,7 +33,7 @@ class Head:
     name: str  # the folder name (before it is made unique in its folder)
     session_id: str | None
     cwd: str | None
-    complete: bool  # the first user message was there (a later read cannot change the name)
+    hidden: bool  # made without the slug: some who may list its folder may not read it
 
 
 def read_head(fd: int, stem: str, slug: bool = True) -> Head:
@@ -58,7 +58,7 @@ def read_head(fd: int, stem: str, slug: bool = True) -> Head:
             if d is not None and _is_user_message(d):
                 text = render.content_text(render.message_of(d).get("content"))
                 break
-    return _head(header or {}, text if slug else "", stem)
+    return _head(header or {}, text if slug else "", stem, slug)
 
 
 def private(file_mode: int, folder_mode: int) -> bool:
@@ -78,16 +78,15 @@ def _is_user_message(d: dict[str, Any]) -> bool:
     return d.get("type") == "message" and isinstance(msg, dict) and msg.get("role") == "user"
 
 
-def _head(header: dict[str, Any], text: str | None, stem: str) -> Head:
+def _head(header: dict[str, Any], text: str | None, stem: str, slug: bool) -> Head:
     sid = header.get("id") if isinstance(header.get("id"), str) else header.get("sessionId")
     sid = sid if isinstance(sid, str) and sid else None
     cwd = header.get("cwd") if isinstance(header.get("cwd"), str) else None
     when = _minute(header.get("timestamp") or header.get("createdAt"))
     if when is None or sid is None:
-        return Head(stem, sid, cwd, True)  # no usable header: the file's own name
-    slug = render.slug(text or "", SLUG_CHARS)
-    parts = [when, slug, id_name(sid)[:8].rstrip("%")]
-    return Head("-".join(p for p in parts if p), sid, cwd, text is not None)
+        return Head(stem, sid, cwd, not slug)  # no usable header: the file's own name
+    parts = [when, render.slug(text or "", SLUG_CHARS), id_name(sid)[:8].rstrip("%")]
+    return Head("-".join(p for p in parts if p), sid, cwd, not slug)
 
 
 def _minute(stamp: object) -> str | None:

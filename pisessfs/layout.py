@@ -14,19 +14,34 @@ no listing shows.
 
 from __future__ import annotations
 
+import os
 import posixpath
 import stat
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from .errors import IsADir, NotADir, NotALink, NotFound
-from .names import VIEW_SUFFIX, id_name
+from .names import VIEW_SUFFIX, id_name, utf8
 from .sessions import Loaded, SessionFile, Work
 
 if TYPE_CHECKING:
     from .view import Attr, Key, View
 
 Waited = set[tuple[str, str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What :meth:`NodeKind.step` is asked: a node of session ``sf`` (now ``s``), and what
+    of it the request wants (see ``View.ready``)."""
+
+    sf: SessionFile
+    s: Loaded
+    key: Key
+    attr_only: bool
+    listing: bool
+    waited: Waited
 
 RAW = ".session.jsonl"  # the real file's bytes: session.jsonl links here; never listed
 
@@ -69,16 +84,11 @@ class NodeKind:
     def target(self, v: View, key: Key) -> bytes:
         raise NotALink(key)
 
-    def step(  # noqa: PLR0917
-        self,
-        v: View,
-        sf: SessionFile,
-        s: Loaded,
-        key: Key,
-        attr_only: bool,
-        listing: bool,
-        waited: Waited,
-    ) -> Work | None:
+    def xattrs(self, v: View, key: Key) -> dict[str, bytes]:
+        """Its ``user.pi.*`` attributes."""
+        return {}
+
+    def step(self, v: View, r: Request) -> Work | None:
         """Work still to do before this node answers (after its session is up to date)."""
         return None
 
@@ -126,12 +136,16 @@ class Project(Root):
     name = "proj"
 
     def child(self, v: View, key: Key, name: str) -> Key:
-        if name == LATEST and v.store.latest(key.path) is not None:
-            try:
-                return v.listed_item(key.path, name)  # a session of that name wins
-            except NotFound:
-                return key._replace(kind="latest")
-        return v.listed_item(key.path, name)
+        try:
+            return v.listed_item(key.path, name)  # a session named "latest" wins
+        except NotFound:
+            if name != LATEST:
+                raise
+            return key._replace(kind="latest")  # (ENOENT from its target when none is)
+
+    def xattrs(self, v: View, key: Key) -> dict[str, bytes]:
+        cwd = v.store.cwd_of(key.path)
+        return {"user.pi.cwd": utf8(cwd)} if cwd is not None else {}
 
     def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
         items = v.store.sessions_in(key.path)
@@ -192,21 +206,24 @@ class Session(NodeKind):
         st = v.file_stat(key.path)
         return v.bounded(ino, stat.S_IFDIR | 0o777, st, 0, st.mtime_ns, 2)
 
-    def step(  # noqa: PLR0917
-        self,
-        v: View,
-        sf: SessionFile,
-        s: Loaded,
-        key: Key,
-        attr_only: bool,
-        listing: bool,
-        waited: Waited,
-    ) -> Work | None:
+    def xattrs(self, v: View, key: Key) -> dict[str, bytes]:
+        s = v.session(key)
+        header = s.parser.header
+        out = {
+            "user.pi.session": utf8(header.session_id if header else ""),
+            "user.pi.file": os.fsencode(key.path),
+        }
+        name = v.session_name(s)
+        if name is not None:
+            out["user.pi.name"] = utf8(name)
+        return out
+
+    def step(self, v: View, r: Request) -> Work | None:
         # A listing shows the sizes of the whole-session files: rendered first unless a
         # rendering of any version exists.
-        if listing:
+        if r.listing:
             for k in WHOLE_KINDS:
-                work = v.render_step(sf, s, k, True, waited)
+                work = v.render_step(r.sf, r.s, k, True, r.waited)
                 if work is not None:
                     return work
         return None
@@ -265,6 +282,9 @@ class EntryFolder(NodeKind):
     def child(self, v: View, key: Key, name: str) -> Key:
         return v.file_named(v.session(key), key, name)
 
+    def xattrs(self, v: View, key: Key) -> dict[str, bytes]:
+        return v.entry_xattrs(key)
+
     def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
         return v.files(v.session(key), key)
 
@@ -298,6 +318,9 @@ class Message(NodeKind):
             return text
         return images[key.k - 1][1] if key.k <= len(images) else b""
 
+    def xattrs(self, v: View, key: Key) -> dict[str, bytes]:
+        return v.entry_xattrs(key)
+
 
 class Branch(NodeKind):
     """``nodes/<id>.md``: the path root→entry as one file (never changes)."""
@@ -315,17 +338,11 @@ class Branch(NodeKind):
     def content(self, v: View, key: Key) -> bytes:
         return v.branch_text(v.session(key), key.eid)
 
-    def step(  # noqa: PLR0917
-        self,
-        v: View,
-        sf: SessionFile,
-        s: Loaded,
-        key: Key,
-        attr_only: bool,
-        listing: bool,
-        waited: Waited,
-    ) -> Work | None:
-        return v.branch_step(sf, s, key.eid, whole=not attr_only)
+    def xattrs(self, v: View, key: Key) -> dict[str, bytes]:
+        return v.entry_xattrs(key)
+
+    def step(self, v: View, r: Request) -> Work | None:
+        return v.branch_step(r.s, r.key.eid, whole=not r.attr_only)
 
 
 class Whole(NodeKind):
@@ -334,19 +351,10 @@ class Whole(NodeKind):
     def content(self, v: View, key: Key) -> bytes:
         return v.session_text(v.session(key), self.name)
 
-    def step(  # noqa: PLR0917
-        self,
-        v: View,
-        sf: SessionFile,
-        s: Loaded,
-        key: Key,
-        attr_only: bool,
-        listing: bool,
-        waited: Waited,
-    ) -> Work | None:
+    def step(self, v: View, r: Request) -> Work | None:
         # A lookup (attributes only) takes any rendering's size: the kernel holds the folder
         # while it waits, and is told the new size when the next rendering is done.
-        return v.render_step(sf, s, self.name, attr_only, waited)
+        return v.render_step(r.sf, r.s, self.name, r.attr_only, r.waited)
 
 
 class Tree(Whole):
@@ -428,31 +436,30 @@ class LeafViewLink(LeafLink):
     suffix = VIEW_SUFFIX
 
 
-class Alias(_Link):
+class _FreeLink(_Link):
+    """A link of no session to parse: its attributes from the real file or folder's stat."""
+
+    sessionless = True
+
+    def attr(self, v: View, ino: int, key: Key) -> Attr:
+        size = len(self.target(v, key))
+        return v.plain_attr(ino, stat.S_IFLNK | 0o777, v.file_stat(key.path), size, self.immutable)
+
+
+class Alias(_FreeLink):
     """A session's stem or id in its folder: a link to its name (``eid`` holds the name)."""
 
     name = "alias"
-    sessionless = True  # its target is known from the listing: nothing is parsed
     immutable = True  # names are fixed while mounted
-
-    def attr(self, v: View, ino: int, key: Key) -> Attr:
-        st = v.file_stat(key.path)
-        target = self.target(v, key)
-        return v.plain_attr(ino, stat.S_IFLNK | 0o777, st, len(target), True)
 
     def target(self, v: View, key: Key) -> bytes:
         return key.eid.encode("utf-8", "surrogateescape")
 
 
-class Latest(_Link):
+class Latest(_FreeLink):
     """``latest`` in a project: the session whose file changed last."""
 
     name = "latest"
-    sessionless = True
-
-    def attr(self, v: View, ino: int, key: Key) -> Attr:
-        st = v.file_stat(key.path)
-        return v.plain_attr(ino, stat.S_IFLNK | 0o777, st, len(self.target(v, key)), False)
 
     def target(self, v: View, key: Key) -> bytes:
         item = v.store.latest(key.path)
@@ -503,11 +510,33 @@ def _find_parent(v: View, s: Loaded, parent: str) -> str | None:
     if parent.startswith(root + "/"):
         candidates.insert(0, parent)
     here = v.store.shown_path(s.path)
+    if here is None:
+        return None
     for path in candidates:
         there = v.store.shown_path(path) if path != s.path else None
-        if there is not None and here is not None:
+        if there is not None:
             return posixpath.relpath(there, here)
     return None
+
+
+class Scratch(NodeKind):
+    """An editor's file or link in the scratch layer of an entry folder (``View.nodes``):
+    in memory only, never a session's."""
+
+    name = "scratch"
+    sessionless = True
+
+    def attr(self, v: View, ino: int, key: Key) -> Attr:
+        return v.scratch_attr(ino)
+
+    def content(self, v: View, key: Key) -> bytes:
+        return bytes(v.scratch(key).data)
+
+    def target(self, v: View, key: Key) -> bytes:
+        node = v.scratch(key)
+        if not node.is_link:
+            raise NotALink(key)
+        return node.target
 
 
 class RawLink(_Link):
@@ -522,6 +551,6 @@ KINDS: dict[str, NodeKind] = {
     for k in (
         Root(), Project(), Session(), Leaves(), Nodes(), EntryFolder(), Message(), Branch(),
         Tree(), Json(), ConversationFile(), Raw(), Current(), CurrentView(), LeafLink(),
-        LeafViewLink(), RawLink(), Alias(), Latest(), Parent(),
+        LeafViewLink(), RawLink(), Alias(), Latest(), Parent(), Scratch(),
     )
 }  # fmt: skip

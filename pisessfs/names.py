@@ -68,3 +68,8 @@ def name_id(name: str, ids: Iterable[str] = ()) -> str | None:
         return name
     out = _ESCAPE.sub(lambda m: chr(int(m.group(1).lstrip("u"), 16)), name)
     return out if id_name(out) == name else None  # only the canonical spelling resolves
+
+
+def utf8(text: str) -> bytes:
+    """A name or value from the file as bytes (lone surrogates kept, as the kernel takes them)."""
+    return text.encode("utf-8", "surrogatepass")

@@ -43,11 +43,6 @@ def when(ms: int | None) -> str:
     return iso[:10] + " " + iso[11:19] + " UTC"
 
 
-def label(e: Entry) -> str:
-    """An entry's id as text (lone surrogates become U+FFFD when encoded)."""
-    return e.id
-
-
 def block(p: Piece, folder: str, after: str | None = None) -> bytes:
     """One entry of a one-file view. ``folder``: the relative path of the folder whose
     files are the entry's images (``nodes/<id>`` from the session folder); ``after``: what a
@@ -55,9 +50,9 @@ def block(p: Piece, folder: str, after: str | None = None) -> bytes:
     e = p.entry
     stamp = when(e.ts_ms)
     if not e.numbered:
-        bits = [p.preview, label(e)] + ([stamp] if stamp else [])
+        bits = [p.preview, e.id] + ([stamp] if stamp else [])  # (encode: lone surrogates)
         return encode("> " + " · ".join(bits) + "\n\n")
-    bits = [f"{p.number:04d} {e.kind}", label(e)] + ([stamp] if stamp else [])
+    bits = [f"{p.number:04d} {e.kind}", e.id] + ([stamp] if stamp else [])
     if after is not None:
         bits.append(after)
     head = encode("## " + " · ".join(bits) + "\n\n")

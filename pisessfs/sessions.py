@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .files import Entry as FileEntry
 from .files import Files, Unreadable
 from .heads import Head, private, read_head
 from .jsonl import Parser, Stats, decode_line
@@ -390,12 +391,15 @@ class SessionFile:
         self.store.touch(self)
         return None
 
-    def _append(self, cur: Loaded, ident: Identity) -> Work | None:
+    def _absorb(self, cur: Loaded, ident: Identity, limit: int | None) -> bool:
         with self.store.files.reading(self.path, ident.dev, ident.ino) as fd:
             try:
-                done = cur.absorb(fd, ident, INLINE_BYTES)
+                return cur.absorb(fd, ident, limit)
             except OSError as err:
                 raise Unreadable(self.path, err) from None
+
+    def _append(self, cur: Loaded, ident: Identity) -> Work | None:
+        done = self._absorb(cur, ident, INLINE_BYTES)
         if not cur.index_new():
             if cur.size >= INLINE_BYTES:
                 return self.rebuild
@@ -413,11 +417,7 @@ class SessionFile:
             ident = Identity.of(self.stat())
             if cur is None or cur.ident == ident or not self._grew(cur, ident):
                 return  # done meanwhile, or not an append: the next step sees to it
-            with self.store.files.reading(self.path, ident.dev, ident.ino) as fd:
-                try:
-                    cur.absorb(fd, ident)
-                except OSError as err:
-                    raise Unreadable(self.path, err) from None
+            self._absorb(cur, ident, None)
             if not cur.index_new():
                 cur.rebuild()
             _freeze_grown(cur)
@@ -572,7 +572,7 @@ def _aliases(listing: list[Listing], heads: dict[str, Head]) -> dict[str, Listin
     for item in listing:
         if not item.is_session:
             continue
-        stem = os.path.basename(item.path)[: -len(".jsonl")]
+        stem = _stem(item.path)
         head = heads.get(item.path)
         for alias in {stem, *([head.session_id] if head and head.session_id else [])}:
             if alias in shown or alias == item.name or "/" in alias or alias in (".", ".."):
@@ -599,7 +599,6 @@ class Store:
         self._listings: dict[str, tuple[int, list[Listing], dict[str, Listing]]] = {}
         self._heads: dict[str, Head] = {}  # session file -> its head: names fixed while mounted
         self._shown: dict[str, str] = {}  # path -> the name it was listed with
-        self._hidden: dict[str, bool] = {}  # path -> whether its name leaves out the slug
         self._lru_lock = threading.Lock()
 
     def _cached(self, folder: str, build: Callable[[], list[Listing]]) -> list[Listing]:
@@ -653,18 +652,17 @@ class Store:
         return self._cached(folder, lambda: self._sessions_in(folder))
 
     def _sessions_in(self, folder: str) -> list[Listing]:
-        return [
-            Listing(self.head(d.path).name, d.path, True)
-            for d in self.files.scandir(folder)
-            if d.is_file and _is_session_name(d.name)
-        ]
+        return [Listing(self.head(d.path).name, d.path, True) for d in self._session_files(folder)]
+
+    def _session_files(self, folder: str) -> list[FileEntry]:
+        return [d for d in self.files.scandir(folder) if d.is_file and _is_session_name(d.name)]
 
     def head(self, path: str) -> Head:
         """What the head of session file ``path`` says, read the first time the mount sees
         the file and kept: its folder's name never changes while mounted."""
         head = self._heads.get(path)
         if head is None:
-            stem = os.path.basename(path)[: -len(".jsonl")]
+            stem = _stem(path)
             try:
                 fd = self.files.open(path)
             except Unreadable:
@@ -672,7 +670,6 @@ class Store:
             try:
                 hidden = self._private(path, os.fstat(fd).st_mode)
                 head = read_head(fd, stem, slug=not hidden)
-                self._hidden[path] = hidden
             except (OSError, Unreadable):
                 head = Head(stem, None, None, False)
             finally:
@@ -685,12 +682,8 @@ class Store:
         to be made again (else none: one stat)."""
         hit = self._listings.get(folder)
         if hit is not None and hit[0] == self.files.lstat(folder).st_mtime_ns:
-            return []
-        return [
-            d.path
-            for d in self.files.scandir(folder)
-            if d.is_file and _is_session_name(d.name) and d.path not in self._heads
-        ]
+            return []  # (_cached's test: a listing made again reads the heads it lacks)
+        return [d.path for d in self._session_files(folder) if d.path not in self._heads]
 
     def read_heads(self, paths: list[str]) -> None:
         """Blocking: read the heads of ``paths`` (a folder of many new sessions)."""
@@ -705,13 +698,14 @@ class Store:
         its first message, the name is made again (the one exception to names fixed while
         mounted: no one may read in a name what they may not read in the file). Returns the
         old name, when it changed."""
-        if path not in self._heads:
+        head = self._heads.get(path)
+        if head is None:
             return None
         try:
             hidden = self._private(path, self.files.lstat(path).st_mode)
         except Unreadable:
             return None
-        if hidden == self._hidden.get(path):
+        if hidden == head.hidden:
             return None
         old = self._shown.pop(path, None)
         self._heads.pop(path, None)
@@ -792,6 +786,10 @@ class Store:
                 if victim.loaded is None:
                     self._total -= held
                     del self._lru[path]
+
+
+def _stem(path: str) -> str:
+    return os.path.basename(path)[: -len(".jsonl")]
 
 
 def _is_session_name(name: str) -> bool:

@@ -45,9 +45,9 @@ from .errors import (
     NotPermitted,
     ViewError,
 )
-from .layout import KINDS, WHOLE_KINDS, NodeKind
+from .layout import KINDS, WHOLE_KINDS, Request
 from .model import Entry
-from .names import id_name, name_id
+from .names import id_name, name_id, utf8
 from .scratch import Node, Overlay
 from .sessions import (
     INLINE_BYTES,
@@ -84,7 +84,7 @@ ROOT_INO = 1
 
 
 class Key(NamedTuple):
-    kind: str  # a name of layout.KINDS, or "scratch" (an editor's file: View.nodes)
+    kind: str  # a name of layout.KINDS
     path: str = ""  # project folder or session file
     epoch: int = 0
     eid: str = ""
@@ -161,8 +161,6 @@ class View:
         session that grows meanwhile does not make it wait for another one).
         """
         key = self.key(ino)
-        if key.kind == "scratch":
-            return
         node = KINDS[key.kind]
         if node.sessionless:
             self._settle(lambda: node.prepare(self, key))
@@ -172,13 +170,14 @@ class View:
         sf = self.store.session(key.path)
         s = sf.loaded
         seen = waited if waited is not None else set()
-        fixed = node.immutable and s is not None and s.epoch == key.epoch and not sf.recheck
-        if fixed and node.step(self, sf, s, key, attr_only, listing, seen) is None:  # type: ignore[arg-type]
-            return  # what an entry shows never changes: the hot path of grep -r and ls -lR
+        if node.immutable and s is not None and s.epoch == key.epoch and not sf.recheck:
+            r = Request(sf, s, key, attr_only, listing, seen)
+            if node.step(self, r) is None:
+                return  # what an entry shows never changes: the hot path of grep -r, ls -lR
         self._settle(sf.step)
-        s = sf.loaded
-        assert s is not None
-        self._settle(lambda: node.step(self, sf, s, key, attr_only, listing, seen))
+        assert sf.loaded is not None
+        r = Request(sf, sf.loaded, key, attr_only, listing, seen)
+        self._settle(lambda: node.step(self, r))
 
     def _settle(self, step: Callable[[], Work | None]) -> None:
         while (work := step()) is not None:
@@ -204,15 +203,12 @@ class View:
         only (cheap), and its size must be the bytes the page cache will hold for it.
         """
         hit = s.memo.get(kind)
-        if KINDS[kind].append_only:
-            # (one rendering per request: a session growing meanwhile is shown next time)
-            done = hit is not None and hit[0] == s.version
-            if done or (hit is not None and (s.path, kind, hit[0]) in (waited or ())):
-                return None
-        elif hit is not None and (
+        if hit is not None and (
+            hit[0] == s.version or (s.path, kind, hit[0]) in (waited or ())  # one per request
+        ):
+            return None
+        if hit is not None and not KINDS[kind].append_only and (
             any_version
-            or hit[0] == s.version
-            or (s.path, kind, hit[0]) in (waited or ())
             # A session that keeps growing is rendered again no sooner than its last
             # rendering took: tree.txt lags by one rendering, the session's lock is free
             # for its appends most of the time, and a core is left for other requests.
@@ -271,17 +267,14 @@ class View:
         never change, or only grow at their end (conversation.md). A change of the session
         changes the node's mtime, and the kernel drops its pages at the next ``stat``
         (``auto_inval_data``), without a request of ours waiting on them."""
-        key = self.key(ino)
-        if key.kind == "scratch":
-            return False
-        kind = KINDS[key.kind]
+        kind = KINDS[self.key(ino).kind]
         return kind.immutable or kind.append_only
 
     def session(self, key: Key) -> Loaded:
         """The parsed session a node belongs to, as :meth:`ready` left it."""
         sf = self.store.session(key.path)
         s = sf.loaded
-        fixed = key.kind != "scratch" and KINDS[key.kind].immutable
+        fixed = KINDS[key.kind].immutable
         if s is None or not (self.defer or (fixed and s.epoch == key.epoch)):
             self._settle(sf.step)  # the adapter asks ready() first; tests and scripts do not
             s = sf.loaded
@@ -395,8 +388,6 @@ class View:
     def _child(self, key: Key, name: str) -> Key:
         if name in (".", ".."):
             raise NotFound(name)  # the kernel resolves these itself
-        if key.kind == "scratch":
-            raise NotADir(name)
         return KINDS[key.kind].child(self, key, name)
 
     def listed_item(self, folder: str, name: str) -> Key:
@@ -411,15 +402,10 @@ class View:
             return Key("alias", item.path, eid=item.alias_of)
         return Key("sess" if item.is_session else "proj", item.path)
 
-    def _kind(self, key: Key) -> NodeKind:
-        if key.kind == "scratch":
-            raise NotADir(key)
-        return KINDS[key.kind]
-
     def children(self, ino: int) -> list[tuple[str, Attr]]:
         """A snapshot of a folder's entries with their attributes (readdirplus)."""
         key = self.key(ino)
-        listing = self._kind(key).listing(self, key)
+        listing = KINDS[key.kind].listing(self, key)
         ov = self.overlays.get(key)
         if ov is None:
             return [(name, self.getattr(self.ino(k))) for name, k in listing]
@@ -431,7 +417,7 @@ class View:
         """The names a listing of folder ``ino`` shows, without their attributes (nothing is
         rendered for them)."""
         key = self.key(ino)
-        names = {name for name, _ in self._kind(key).listing(self, key)}
+        names = {name for name, _ in KINDS[key.kind].listing(self, key)}
         ov = self.overlays.get(key)
         return names if ov is None else (names - ov.whiteouts) | ov.names.keys()
 
@@ -446,12 +432,6 @@ class View:
 
     def getattr(self, ino: int) -> Attr:
         key = self.key(ino)
-        if key.kind == "scratch":
-            node = self._node(ino)
-            size = len(node.target if node.is_link else node.data)
-            return Attr(
-                ino, node.mode, size, node.mtime_ns, 1, False, True, node.uid, node.gid
-            )
         return KINDS[key.kind].attr(self, ino, key)
 
     def plain_attr(self, ino: int, mode: int, real: Identity, size: int, fixed: bool) -> Attr:
@@ -495,8 +475,6 @@ class View:
     def content(self, ino: int) -> bytes:
         """The whole bytes of a file node."""
         key = self.key(ino)
-        if key.kind == "scratch":
-            return bytes(self._node(ino).data)
         return KINDS[key.kind].content(self, key)
 
     def rendered(self, s: Loaded, key: Key) -> Rendered:
@@ -568,7 +546,7 @@ class View:
             sizes[i] = total
         return sizes[eid]
 
-    def branch_step(self, sf: SessionFile, s: Loaded, eid: str, whole: bool) -> Work | None:
+    def branch_step(self, s: Loaded, eid: str, whole: bool) -> Work | None:
         """A long path's size (``whole``: its text) is made off the loop, then kept."""
         if s.size < INLINE_BYTES:
             return None
@@ -636,11 +614,6 @@ class View:
 
     def readlink(self, ino: int) -> bytes:
         key = self.key(ino)
-        node = self.nodes.get(ino)
-        if node is not None and node.is_link:
-            return node.target
-        if key.kind == "scratch":
-            raise NotALink(ino)
         return KINDS[key.kind].target(self, key)
 
     # -- the scratch layer ----------------------------------------------------------------
@@ -650,6 +623,15 @@ class View:
         if node is None:
             raise NotFound(f"scratch inode {ino} is gone")
         return node
+
+    def scratch(self, key: Key) -> Node:
+        """The scratch node of ``key``."""
+        return self._node(self._ino.get(key, 0))
+
+    def scratch_attr(self, ino: int) -> Attr:
+        node = self._node(ino)
+        size = len(node.target if node.is_link else node.data)
+        return Attr(ino, node.mode, size, node.mtime_ns, 1, False, True, node.uid, node.gid)
 
     def new_node(self, mode: int) -> Node:
         self._serial += 1
@@ -720,33 +702,20 @@ class View:
     # -- extended attributes ----------------------------------------------------------------
 
     def xattrs(self, ino: int) -> dict[str, bytes]:
-        """``user.pi.*`` attributes: entry id (and label, if any) on entry nodes, session
-        id, file (and name, if any) on sessions. Name and label are what Pi shows."""
+        """``user.pi.*`` attributes (each kind says which): entry id (and label, if any) on
+        entry nodes, session id, file (and name, if any) on sessions, cwd on projects. Name
+        and label are what Pi shows."""
         key = self.key(ino)
-        if key.kind in ("edir", "msg", "branch"):
-            out = {"user.pi.id": _utf8(key.eid)}
-            s = self.session(key)
-            label = self._labels(s).get(self.label_target(s, key))
-            if isinstance(label, str):
-                out["user.pi.label"] = _utf8(label)
-            return out
-        if key.kind == "scratch":
-            return {}
-        if key.kind == "proj":
-            cwd = self.store.cwd_of(key.path)
-            return {"user.pi.cwd": _utf8(cwd)} if cwd is not None else {}
-        if key.kind == "sess":
-            s = self.session(key)
-            header = s.parser.header
-            out = {
-                "user.pi.session": _utf8(header.session_id if header else ""),
-                "user.pi.file": os.fsencode(key.path),
-            }
-            name = self.session_name(s)
-            if name is not None:
-                out["user.pi.name"] = _utf8(name)
-            return out
-        return {}
+        return KINDS[key.kind].xattrs(self, key)
+
+    def entry_xattrs(self, key: Key) -> dict[str, bytes]:
+        """An entry node's: its id, and its label if it has one."""
+        out = {"user.pi.id": utf8(key.eid)}
+        s = self.session(key)
+        label = self._labels(s).get(self.label_target(s, key))
+        if isinstance(label, str):
+            out["user.pi.label"] = utf8(label)
+        return out
 
     def session_name(self, s: Loaded) -> str | None:
         """The name Pi shows for the session (Pi's harness storage: its name fact)."""
@@ -826,10 +795,6 @@ def _as_folder(perm: int) -> int:
             if bits & 2:
                 out |= 2 << shift
     return out
-
-
-def _utf8(text: str) -> bytes:
-    return text.encode("utf-8", "surrogatepass")
 
 
 def _weight(r: Rendered) -> int:

@@ -67,10 +67,8 @@ def _du(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*.jsonl"))
 
 
-def timed(argv: list[str]) -> tuple[float, bytes]:
-    t0 = time.perf_counter()
-    p = subprocess.run(argv, capture_output=True, env=b.ENV)
-    return time.perf_counter() - t0, p.stdout
+def timed(argv: list[str]) -> float:
+    return b.run_timed(argv)[0]
 
 
 def walks(tool: str, word: str, top: Path) -> list[str]:
@@ -81,7 +79,7 @@ def walks(tool: str, word: str, top: Path) -> list[str]:
 
 def warm(tool: str, word: str, top: Path, runs: int) -> list[float]:
     timed(walks(tool, word, top))  # untimed: caches filled
-    return [timed(walks(tool, word, top))[0] for _ in range(runs)]
+    return [timed(walks(tool, word, top)) for _ in range(runs)]
 
 
 def cold_raw(tool: str, word: str, top: Path, runs: int) -> list[float] | str:
@@ -90,7 +88,7 @@ def cold_raw(tool: str, word: str, top: Path, runs: int) -> list[float] | str:
         why = b.drop_caches()
         if why:
             return why
-        out.append(timed(walks(tool, word, top))[0])
+        out.append(timed(walks(tool, word, top)))
     return out
 
 
@@ -102,7 +100,7 @@ def cold_mount(tool: str, word: str, m: b.Mount, runs: int) -> list[float] | str
         if why:
             return why
         m.start(timeout=120)
-        out.append(timed(walks(tool, word, m.mnt))[0])
+        out.append(timed(walks(tool, word, m.mnt)))
     return out
 
 
@@ -142,7 +140,7 @@ def first_listing(raw: Path, tmp: Path, project_sessions: int) -> dict[str, floa
     start = m.start()
     try:
         project = next(p for p in m.mnt.iterdir())
-        t, _ = timed(["ls", "-l", str(project)])
+        t = timed(["ls", "-l", str(project)])
         return {"mount_start_s": start, "first_ls_s": t, "sessions": project_sessions}
     finally:
         m.stop()
@@ -166,7 +164,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     result["mount_start_s"] = m.start(timeout=120)
     try:
         b.log("first walk of the mount (renders every conversation.md)")
-        result["first_grep_s"], _ = timed(walks("grep", args.word, m.mnt))
+        result["first_grep_s"] = timed(walks("grep", args.word, m.mnt))
         for tool in ("grep", "rg"):
             b.log(f"{tool}: warm")
             result[f"{tool}_warm_raw"] = warm(tool, args.word, raw, args.runs)
