@@ -26,6 +26,7 @@ from . import actions as act
 from . import view as v
 from . import writer
 from .actions import Actions, Change
+from .appender import write_whole
 from .edits import Editor, Job
 from .sessions import YIELD, Unreadable
 
@@ -107,10 +108,15 @@ class Operations(pyfuse3.Operations):
     """pyfuse3 handlers over a view; state lives in the view, handles in two small maps."""
 
     def __init__(
-        self, view: v.View, read_only: bool = False, cap: int = writer.DEFAULT_CAP
+        self,
+        view: v.View,
+        read_only: bool = False,
+        cap: int = writer.DEFAULT_CAP,
+        put: writer.Put = write_whole,
     ) -> None:
         super().__init__()
         self.view = view
+        self.put = put  # how a checked line reaches its file (the mount's Appender.put)
         view.defer = True  # blocking work comes back as Busy, run off the event loop here
         self.editor = Editor(view, cap)
         self.actions = Actions(view)
@@ -409,7 +415,7 @@ class Operations(pyfuse3.Operations):
         took the new id, bring the session up to date and write ``again()`` instead."""
         for _ in range(5):
             try:
-                await trio.to_thread.run_sync(writer.write, pending)
+                await trio.to_thread.run_sync(writer.write, pending, self.put)
                 return
             except writer.Grew:
                 await self._core(self.view.up_to_date, path)

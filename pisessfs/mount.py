@@ -2,7 +2,8 @@
 
 This module owns the lifecycle of one mount (pyfuse3 allows one per process): it builds the
 store, view and adapter, mounts with ``auto_unmount`` and starts the ``watchdog`` process, the
-two of which see that a killed daemon leaves no dead mountpoint, turns SIGINT/SIGTERM into
+two of which see that a killed daemon leaves no dead mountpoint, and the ``appender``
+process (on the first save), which sees that it leaves no half line, turns SIGINT/SIGTERM into
 ``pyfuse3.terminate()`` and always closes. It keeps the mount's ``status`` file (written before
 the mount is reported up, rewritten now and then and on SIGUSR2, removed at a clean exit).
 A failed mount raises ``MountError`` with libfuse's own reason. Argument parsing, the checks
@@ -25,6 +26,7 @@ import pyfuse3
 import trio
 
 from . import status
+from .appender import Appender
 from .fuse_ops import Operations
 from .sessions import Store
 from .view import View
@@ -73,7 +75,8 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
     Raises MountError if mounting fails."""
     store = Store(opts.sessions, cache_bytes=opts.cache_mb << 20)
     view = View(store)
-    ops = Operations(view, read_only=opts.read_only, cap=opts.max_message_bytes)
+    appender = Appender()
+    ops = Operations(view, read_only=opts.read_only, cap=opts.max_message_bytes, put=appender.put)
     watcher = Watcher(store, view)
     # Block the signals until the loop runs: a SIGINT between init and main would otherwise
     # leave the mount behind (s3ql's lesson).
@@ -114,6 +117,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
         if state is not None:
             state.remove()
         pyfuse3.close(unmount=clean)
+        appender.close()  # after the last request: it finishes the line it holds, then exits
         watcher.close()
         if guard is not None:
             guard.release()  # it sees the mount gone (or detaches what close left) and exits

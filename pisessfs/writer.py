@@ -1,12 +1,13 @@
-"""Appending one line to a session file, safely: the only code that writes to one.
+"""Appending one line to a session file, safely: the only code that decides what goes in one.
 
 This module owns the append recipe of pi-session-format.md ("Appending safely"): refuse
 files Pi would rewrite or not understand, refuse a file that shrank or was replaced since it
 was read and one whose live Pi writer holds a lock, build the line Pi itself would write (a
 user message: fresh 8-hex id, ISO entry time, millisecond message time; a ``session_info``
 or ``label`` line as Pi's ``appendSessionInfo`` and ``appendLabelChange`` write them), and
-put it in the file with one ``O_APPEND`` write (a ``\\n`` first when the file lacks its final
-newline) and an ``fsync`` before returning. Nothing else about the file is ever changed.
+put it in the file with ``O_APPEND`` writes (a ``\\n`` first when the file lacks its final
+newline; through ``appender`` on a mount, so the line is whole even when the daemon is
+killed) and an ``fsync`` before returning. Nothing else about the file is ever changed.
 
 It also reads back what Pi reads of such lines (the session's name, Pi's leaf), so that what
 is written and what is shown follow one rule. It decides nothing about when to commit;
@@ -27,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from .appender import write_whole
 from .files import Files, Unreadable
 from .model import iso_ms, js_trim
 from .sessions import Identity, Loaded
@@ -257,8 +259,13 @@ def pi_name(s: Loaded) -> str | None:
     return name
 
 
-def write(p: Pending) -> None:
-    """Append ``p.line`` with one ``O_APPEND`` write and fsync it (blocking: off the loop).
+Put = Callable[[int, bytes], None]  # appends bytes to an open file and fsyncs it
+
+
+def write(p: Pending, put: Put = write_whole) -> None:
+    """Append ``p.line`` to the file with ``put`` (the mount's ``Appender``, so a killed
+    daemon cannot leave half a line; in-process by default) after checking it is still the
+    file that was read. Blocking: off the loop.
 
     Another writer (a running Pi) may have appended since the file was read: that is fine,
     as long as the bytes that were read are still there and none of the new lines took our id.
@@ -278,10 +285,7 @@ def write(p: Pending) -> None:
         line = p.line
         if _torn(fd, st.st_size):
             line = b"\n" + line  # the repair Pi itself makes before appending
-        written = os.write(fd, line)
-        if written != len(line):
-            raise OSError(f"short write: {written} of {len(line)} bytes")
-        os.fsync(fd)
+        put(fd, line)
     finally:
         os.close(fd)
 

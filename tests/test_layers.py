@@ -26,6 +26,7 @@ ORDER = [
     "onefile",
     "summary",
     "writer",
+    "appender",
     "scratch",
     "errors",
     "sessions",

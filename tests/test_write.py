@@ -445,3 +445,32 @@ def test_kill_9_during_commits_leaves_whole_lines_and_no_dead_mount(sessions: Pa
     assert data.endswith(b"\n")
     for raw in data.splitlines():
         json.loads(raw)
+
+
+def test_kill_9_in_the_middle_of_a_line_still_leaves_the_whole_line(
+    sessions: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The kernel copies a big write page by page and stops where SIGKILL lands; the fault
+    # hook makes that moment last: half the line is written, then a 3 s pause, then the rest.
+    monkeypatch.setenv("PISESSFS_FAULT_SPLIT_WRITE", "3")
+    text = "half and half " * 20_000 + "end\n"
+    with mounted(sessions) as m:
+        real = Path(os.getxattr(m.path / RECIPE, "user.pi.file").decode())
+        size = real.stat().st_size
+        saver = subprocess.Popen(
+            ["python3", "-c", "import sys; open(sys.argv[1], 'w').write(sys.stdin.read())",
+             str(m.path / RECIPE / "nodes" / PARENT / "k.md")],
+            stdin=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert saver.stdin is not None
+        saver.stdin.write(text.encode())
+        saver.stdin.close()
+        wait_for(lambda: real.stat().st_size > size + len(text) // 4, 20, "half the line")
+        m.proc.send_signal(signal.SIGKILL)
+        saver.wait(timeout=20)
+        wait_for(lambda: not is_mounted(m.path), 10, "auto_unmount")
+    wait_for(lambda: real.read_bytes().endswith(b"\n"), 10, "the rest of the line")
+    new = real.read_bytes()[size:].splitlines()
+    assert len(new) == 1, "one save, one whole line"
+    assert json.loads(new[0])["message"]["content"][0]["text"] == text.removesuffix("\n")
