@@ -265,6 +265,8 @@ def mount(args: argparse.Namespace) -> int:
     try:  # pyfuse3 is imported only when mounting
         from .mount import MountError, MountOptions, run
     except ImportError as err:
+        if (err.name or "").startswith(__package__ or "pisessfs"):
+            raise  # a fault of pisessfs itself, not of the FUSE install: show where
         return _fail(_no_pyfuse3(err))
     if args.command == "demo":
         args.sessions = str(demo_sessions())

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from .errors import IsADir, NotADir, NotALink, NotFound
 from .names import VIEW_SUFFIX, id_name, utf8
+from .render import message_of
 from .sessions import Loaded, SessionFile, Work
 
 if TYPE_CHECKING:
@@ -319,7 +320,13 @@ class Message(NodeKind):
         return images[key.k - 1][1] if key.k <= len(images) else b""
 
     def xattrs(self, v: View, key: Key) -> dict[str, bytes]:
-        return v.entry_xattrs(key)
+        out = v.entry_xattrs(key)
+        s = v.session(key)
+        msg = message_of(s.parsed(v.entry(s, key.eid)))
+        call = msg.get("toolCallId")
+        if msg.get("role") == "toolResult" and isinstance(call, str):
+            out["user.pi.call"] = utf8(call)  # the id the text leaves out
+        return out
 
 
 class Branch(NodeKind):

@@ -129,6 +129,16 @@ def iso_ms(ms: int) -> str:
     return f"{shown}-{month:02d}-{day:02d}T{clock}"
 
 
+def utc_clock(ms: int) -> str:
+    """Unix ms as ``2026-03-02 09:14:05`` (UTC, to the second); "" outside a Date's range."""
+    try:
+        iso = iso_ms(ms)
+    except ValueError:
+        return ""
+    day, _, rest = iso.partition("T")
+    return f"{day} {rest[:8]}"
+
+
 def ms_value(value: object) -> float | None:
     """A JSON number that is a valid JavaScript time in ms, else None (bools, NaN, ±inf,
     numbers past the Date range: Pi gets an Invalid Date from them)."""

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .model import Entry, Problem, iso_ms
+from .model import Entry, Problem, utc_clock
 from .names import id_name
 from .render import encode
 
@@ -30,17 +30,13 @@ class Piece:
     body: bytes  # its message file's bytes (conversation entries), else b""
     images: Sequence[str]  # its image files' names, in order
     preview: str  # one line, like a row of tree.txt (for a note)
+    detail: str = ""  # what a note says below its line (a context edit's replacement)
 
 
 def when(ms: int | None) -> str:
     """``2026-03-02 09:14:05 UTC`` ("" for no valid time)."""
-    if ms is None:
-        return ""
-    try:
-        iso = iso_ms(ms)
-    except ValueError:
-        return ""
-    return iso[:10] + " " + iso[11:19] + " UTC"
+    shown = "" if ms is None else utc_clock(ms)
+    return shown + " UTC" if shown else ""
 
 
 def block(p: Piece, folder: str, after: str | None = None) -> bytes:
@@ -51,7 +47,8 @@ def block(p: Piece, folder: str, after: str | None = None) -> bytes:
     stamp = when(e.ts_ms)
     if not e.numbered:
         bits = [p.preview, e.id] + ([stamp] if stamp else [])  # (encode: lone surrogates)
-        return encode("> " + " · ".join(bits) + "\n\n")
+        more = "".join(f"> {line}".rstrip() + "\n" for line in p.detail.splitlines())
+        return encode("> " + " · ".join(bits) + "\n" + more + "\n")
     bits = [f"{p.number:04d} {e.kind}", e.id] + ([stamp] if stamp else [])
     if after is not None:
         bits.append(after)

@@ -13,13 +13,15 @@ import binascii
 import json
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
 
 import orjson
 
 from .jsonl import js_truthy
+from .model import ms_value, parse_ts_ms, utc_clock
 
 _IMAGE_EXT = {
     "image/png": "png",
@@ -205,30 +207,54 @@ def message_of(d: dict[str, Any]) -> dict[str, Any]:
 # -- message files --------------------------------------------------------------------------
 
 
-def render(d: dict[str, Any]) -> bytes:
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What an entry's file shows that is written in other entries: the tool call a result
+    answers, and the file names of the entries it names by id. The view finds them among
+    the entry's ancestors and by id, which never change, so the bytes stay the same."""
+
+    call: dict[str, Any] | None = None
+    names: Mapping[str, str] = field(default_factory=dict)  # entry id -> its file name
+
+
+NO_CONTEXT = Context()
+
+
+def render(d: dict[str, Any], ctx: Context = NO_CONTEXT) -> bytes:
     """The bytes of the numbered file of entry ``d`` (a conversation entry)."""
     etype = d.get("type")
     if etype == "compaction":
-        return _compaction(d)
+        return _compaction(d, ctx)
     if etype == "branch_summary":
-        return _branch_summary(d)
+        return _branch_summary(d, ctx)
     if etype == "custom_message":
-        return _custom(d)
+        return _custom(d, d)
     msg = message_of(d)
     role = msg.get("role")
     if role == "user":
         return _finish(content_text(msg.get("content")))
     renderer = _BY_ROLE.get(role if isinstance(role, str) else "")
-    return renderer(msg) if renderer else _unknown(msg)
+    return renderer(d, msg, ctx) if renderer else _unknown(d, msg)
 
 
-def _header(pairs: list[tuple[str, str]]) -> str:
+def clock(d: dict[str, Any]) -> str:
+    """The entry's UTC time as ``2026-03-02 09:14:05`` (its ISO ``timestamp``, else its
+    message's ms ``timestamp``; "" when neither is a valid time)."""
+    ms = parse_ts_ms(d.get("timestamp"))
+    if ms is None:
+        fallback = ms_value(message_of(d).get("timestamp"))
+        ms = None if fallback is None else int(fallback)
+    return "" if ms is None else utc_clock(ms)
+
+
+def _header(d: dict[str, Any], pairs: list[tuple[str, str]]) -> str:
     # One line per value, whatever it holds: a newline in a model name makes no fake key.
+    pairs = [*pairs[:1], ("time", clock(d)), *pairs[1:]]
     lines = [f"{k}: {' '.join(v.splitlines())}" for k, v in pairs if v != ""]
     return "\n".join(lines) + "\n\n" if lines else ""
 
 
-def _assistant(msg: dict[str, Any]) -> bytes:
+def _assistant(d: dict[str, Any], msg: dict[str, Any], _ctx: Context) -> bytes:
     model = _s(msg.get("model"))
     provider = _s(msg.get("provider"))
     stop = _s(msg.get("stopReason"))
@@ -238,7 +264,7 @@ def _assistant(msg: dict[str, Any]) -> bytes:
     if _on(msg.get("errorMessage")):
         pairs.append(("error", _s(msg.get("errorMessage")) or _json(msg.get("errorMessage"))))
     parts = [_assistant_block(b) for b in blocks(msg.get("content"))]
-    return _finish(_header(pairs) + "\n\n".join(p for p in parts if p))
+    return _finish(_header(d, pairs) + "\n\n".join(p for p in parts if p))
 
 
 def _assistant_block(b: dict[str, Any]) -> str:
@@ -254,7 +280,89 @@ def _assistant_block(b: dict[str, Any]) -> str:
         return _tool_call(b)
     if btype == "image":
         return "[image]"
-    return f"[{_s(btype) or 'block'}]\n" + fence(_json(b), "json")
+    rest = {k: v for k, v in b.items() if k != "type"}
+    return f"[{_s(btype) or 'block'}]" + ("\n" + fields(rest) if rest else "")
+
+
+# -- tool calls, as a person reads them ----------------------------------------------------
+
+_SHORT = 120  # a one-line string argument up to this long is a ``key: value`` line
+_FIELD_DEPTH = 16  # deeper arguments are one JSON block
+
+
+def _arg(args: object, *keys: str) -> str | None:
+    if isinstance(args, dict):
+        for k in keys:
+            if isinstance(args.get(k), str):
+                return str(args[k])
+    return None
+
+
+def _line_range(args: dict[str, Any]) -> str:
+    """``:10-29`` for a read of 20 lines from line 10 (Pi's ``formatReadLineRange``)."""
+    offset, limit = args.get("offset"), args.get("limit")
+    start = 1 if offset is None else _whole(offset)
+    if start is None or (offset is None and limit is None):
+        return ""
+    if limit is None:
+        return f":{start}"
+    count = _whole(limit)
+    return "" if count is None else f":{start}-{start + count - 1}"
+
+
+def _whole(v: object) -> int | None:
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        return None
+    try:
+        n = int(v)
+    except (ValueError, OverflowError):
+        return None
+    return n if n >= 0 and str(v).strip() in (str(n), f"{n}.0") else None
+
+
+_MAIN_ARG = ("command", "path", "file_path", "pattern", "query", "url", "name")
+
+
+def call_title(call: dict[str, Any]) -> str:
+    """A tool call in the words of Pi's export: ``$ <command>``, ``read <path>:10-29``,
+    ``edit <path>``, ``grep /<pattern>/ in <path>``, or the tool and its main argument."""
+    name = _s(call.get("name")) or "tool"
+    args = call.get("arguments")
+    a: dict[str, Any] = args if isinstance(args, dict) else {}
+    path = _arg(a, "path", "file_path")
+    if name == "bash" and _arg(a, "command") is not None:
+        return "$ " + _arg(a, "command")  # type: ignore[operator]
+    if name == "read" and path is not None:
+        return f"read {path}{_line_range(a)}"
+    if name in ("write", "edit") and path is not None:
+        return f"{name} {path}"
+    if name in ("grep", "find"):
+        pat = _arg(a, "pattern") or ""
+        where = path or "."
+        return f"grep /{pat}/ in {where}" if name == "grep" else f"find {pat} in {where}"
+    if name == "ls":
+        return f"ls {path or '.'}"
+    main = args if isinstance(args, str) else _main_arg(a)
+    return f"{name} {main}" if main else name
+
+
+def _main_arg(args: dict[str, Any]) -> str | None:
+    """The argument that says what a call is about: a command, path, pattern, query or
+    URL, else its first one-line string argument."""
+    main = _arg(args, *_MAIN_ARG)
+    if main is None:
+        firsts = (v for v in args.values() if isinstance(v, str) and v and "\n" not in v)
+        main = next(firsts, None)
+    return main
+
+
+def _title_line(call: dict[str, Any], limit: int = 200) -> str:
+    """:func:`call_title` on one line: a multi-line command shows its first line and ``…``."""
+    title = call_title(call)
+    first, *more = title.splitlines() or [""]
+    if more or len(first) > limit:
+        first = first[: limit - 1].rstrip() + " …"
+    return first
 
 
 def _tool_call(b: dict[str, Any]) -> str:
@@ -263,25 +371,133 @@ def _tool_call(b: dict[str, Any]) -> str:
     head = f"**→ {name}**"
     if _on(b.get("argumentsError")):
         head += f" (arguments error: {_s(b.get('argumentsError'))})"
-    if name == "bash" and isinstance(args, dict) and isinstance(args.get("command"), str):
-        rest = {k: v for k, v in args.items() if k != "command"}
-        body = fence(args["command"], "sh")
-        return head + "\n" + body + (fence(_json(rest), "json") if rest else "")
-    return head + "\n" + fence(_json(args), "json")
+    if not isinstance(args, dict):
+        return head + ("\n" + fields({"arguments": args}) if args is not None else "")
+    rest = dict(args)
+    body: list[str] = []
+    command = _arg(args, "command")
+    path = _arg(args, "path", "file_path")
+    if name == "bash" and command is not None:
+        del rest["command"]
+        body.append(fence(command, "sh"))
+    elif name in ("read", "write", "edit", "ls") and path is not None:
+        rest.pop("path" if "path" in rest and rest["path"] == path else "file_path", None)
+        head += " " + " ".join(path.splitlines())
+        if name == "write" and isinstance(rest.get("content"), str):
+            body.append(fence(rest.pop("content"), _lang(path)))
+        if name == "edit":
+            body.extend(_edit_blocks(rest))
+    if rest:
+        body.insert(0, fields(rest))
+    return head + ("\n" + "\n".join(p.rstrip("\n") for p in body) + "\n" if body else "")
 
 
-def _tool_result(msg: dict[str, Any]) -> bytes:
-    pairs = [("tool", _s(msg.get("toolName"))), ("call", _s(msg.get("toolCallId")))]
+def _edit_blocks(rest: dict[str, Any]) -> list[str]:
+    """An edit's old and new texts as blocks (taken out of ``rest``): Pi 1.6's ``edits``
+    list, or one ``oldText``/``newText`` pair of earlier versions."""
+    pairs: list[tuple[object, object]] = []
+    edits = rest.get("edits")
+    if isinstance(edits, list) and all(
+        isinstance(e, dict) and set(e) <= {"oldText", "newText"} for e in edits
+    ):
+        pairs = [(e.get("oldText"), e.get("newText")) for e in edits]
+        del rest["edits"]
+    elif isinstance(rest.get("oldText"), str) or isinstance(rest.get("newText"), str):
+        pairs = [(rest.pop("oldText", None), rest.pop("newText", None))]
+    out: list[str] = []
+    for i, (old, new) in enumerate(pairs, 1):
+        of = f" ({i} of {len(pairs)})" if len(pairs) > 1 else ""
+        for word, text in (("old", old), ("new", new)):
+            if isinstance(text, str):
+                out.append(f"{word} text{of}:\n" + fence(text))
+            elif text is not None:
+                out.append(fields({f"{word} text{of}": text}))
+    return out
+
+
+_LANGS = {"py": "python", "js": "javascript", "ts": "typescript", "sh": "sh", "md": "markdown"}
+
+
+def _lang(path: str) -> str:
+    ext = path.rsplit(".", 1)[-1].lower() if "." in path.rsplit("/", 1)[-1] else ""
+    return _LANGS.get(ext, ext if ext.isalnum() and ext.isascii() else "")
+
+
+def fields(value: dict[str, Any]) -> str:
+    """Any parsed JSON object as readable text: ``key: value`` lines, a multi-line or long
+    string as a block, nested keys as paths (``edits[0].oldText``), never an escaped JSON
+    string; past 16 levels, one JSON block."""
+    out: list[str] = []
+    for k, v in value.items():
+        _field(out, " ".join(str(k).splitlines()) or '""', v, 1)
+    return "\n".join(out) + "\n" if out else ""
+
+
+def _field(out: list[str], key: str, v: object, depth: int) -> None:
+    if isinstance(v, str):
+        if "\n" in v or len(v) > _SHORT:
+            out.append(f"{key}:\n" + fence(v).rstrip("\n"))
+        else:
+            out.append(f"{key}: {v}" if v else f'{key}: ""')
+    elif isinstance(v, dict | list) and v and depth > _FIELD_DEPTH:
+        out.append(f"{key}:\n" + fence(_json(v), "json").rstrip("\n"))
+    elif isinstance(v, dict) and v:
+        for k, item in v.items():
+            _field(out, f"{key}.{' '.join(str(k).splitlines())}", item, depth + 1)
+    elif isinstance(v, list) and v:
+        for i, item in enumerate(v):
+            _field(out, f"{key}[{i}]", item, depth + 1)
+    else:
+        out.append(f"{key}: {dumps(v, indent=False).decode()}")
+
+
+# -- the other messages ----------------------------------------------------------------------
+
+
+def _tool_result(d: dict[str, Any], msg: dict[str, Any], ctx: Context) -> bytes:
+    tool = _s(msg.get("toolName")) or "tool"
+    if ctx.call is not None:
+        pairs = [("call", _title_line(ctx.call))]
+    else:
+        pairs = [("tool", tool), ("call", "not found on this branch")]
     if _on(msg.get("isError")):
         pairs.append(("error", "yes"))
     parts = [
         _s(b.get("text")) if b.get("type") == "text" else f"[{_s(b.get('type'))}]"
         for b in blocks(msg.get("content"))
     ]
-    return _finish(_header(pairs) + "\n\n".join(parts))
+    details = msg.get("details")
+    diff = details.get("diff") if isinstance(details, dict) else None
+    if isinstance(diff, str) and diff:
+        parts.append(fence(diff, "diff").rstrip("\n"))
+    parts.extend(_nested(msg.get("nestedCalls")))
+    return _finish(_header(d, pairs) + "\n\n".join(parts))
 
 
-def _bash(msg: dict[str, Any]) -> bytes:
+_STATUS = {"ok": "✓", "error": "✗", "unfinished": "…"}
+
+
+def _nested(nested: object) -> list[str]:
+    """The calls a tool made to other tools (``nestedCalls``), one line each."""
+    if not isinstance(nested, dict) or not isinstance(nested.get("calls"), list):
+        return []
+    calls: list[Any] = nested["calls"]
+    if not calls:
+        return []
+    incomplete = "" if _on(nested.get("complete")) else " (incomplete)"
+    lines = [f"nested calls: {len(calls)}{incomplete}"]
+    for c in calls:
+        if not isinstance(c, dict):
+            continue
+        mark = _STATUS.get(_s(c.get("status")), "?")
+        ms = _num(c.get("durationMs"))
+        line = f"{mark} {_title_line(c)}" + (f" ({ms} ms)" if ms else "")
+        error = _s(c.get("error"))
+        lines.append(line + ("".join(f"\n    {e}" for e in error.split("\n")) if error else ""))
+    return ["\n".join(lines)]
+
+
+def _bash(d: dict[str, Any], msg: dict[str, Any], _ctx: Context) -> bytes:
     out = f"$ {_s(msg.get('command'))}\n"
     output = _s(msg.get("output"))
     if output:
@@ -297,10 +513,11 @@ def _bash(msg: dict[str, Any]) -> bytes:
         facts.append(f"truncated (full output: {path})" if path else "truncated")
     if _on(msg.get("excludeFromContext")):
         facts.append("excluded from context (!!)")
-    return _finish(out + ("\n" + "\n".join(facts) if facts else ""))
+    head = _header(d, [("bash", "run by the user")])
+    return _finish(head + out + ("\n" + "\n".join(facts) if facts else ""))
 
 
-def _system(msg: dict[str, Any]) -> bytes:
+def _system(d: dict[str, Any], msg: dict[str, Any], _ctx: Context) -> bytes:
     parts: list[str] = []
     content = content_text(msg.get("content"))
     if content:
@@ -308,60 +525,73 @@ def _system(msg: dict[str, Any]) -> bytes:
     sections = msg.get("sections")
     if isinstance(sections, dict):
         for name, text in sections.items():
-            parts.append(
-                f"## {name}\n" + ("(removed)" if text is None else _s(text) or _json(text))
-            )
+            shown = "(removed)" if text is None else _s(text) or fields({"value": text})
+            parts.append(f"## {name}\n" + shown)
     for t in _list(msg.get("toolsAdded")):
         if isinstance(t, dict):
+            params = t.get("parameters")
             parts.append(
                 f"## tool added: {_s(t.get('name'))}\n{_s(t.get('description'))}\n"
-                + fence(_json(t.get("parameters")), "json")
+                + (fields({"parameters": params}) if params is not None else "")
             )
     for t in _list(msg.get("toolsRemoved")):
         if isinstance(t, dict):
             parts.append(f"## tool removed: {_s(t.get('name'))}")
-    return _finish("System Prompt Update\n\n" + "\n\n".join(p.rstrip("\n") for p in parts))
+    head = _header(d, [("system", "prompt update")])
+    return _finish(head + "\n\n".join(p.rstrip("\n") for p in parts))
 
 
-def _custom_role(msg: dict[str, Any]) -> bytes:
-    return _custom(msg)
+def _custom_role(d: dict[str, Any], msg: dict[str, Any], _ctx: Context) -> bytes:
+    return _custom(d, msg)
 
 
-def _custom(d: dict[str, Any]) -> bytes:
-    pairs = [("custom type", _s(d.get("customType")))]
-    if "display" in d:
-        pairs.append(("display", "yes" if _on(d.get("display")) else "no"))
-    return _finish(_header(pairs) + content_text(d.get("content")))
+def _custom(d: dict[str, Any], m: dict[str, Any]) -> bytes:
+    pairs = [("custom type", _s(m.get("customType")))]
+    if "display" in m:
+        pairs.append(("display", "yes" if _on(m.get("display")) else "no"))
+    return _finish(_header(d, pairs) + content_text(m.get("content")))
 
 
-def _compaction(d: dict[str, Any]) -> bytes:
+def _named(eid: object, ctx: Context) -> str:
+    """An entry named by id, as its file name and id (``0004-assistant.md (843bffbf)``)."""
+    if not isinstance(eid, str):
+        return ""
+    name = ctx.names.get(eid)
+    return f"{name} ({eid})" if name else eid
+
+
+def _compaction(d: dict[str, Any], ctx: Context) -> bytes:
+    first = d.get("firstKeptEntryId")
+    kept = "none (nothing kept)" if first == d.get("id") else _named(first, ctx)
     pairs = [
         ("compaction", "summary of the conversation before this point"),
         ("tokens before", _num(d.get("tokensBefore"))),
-        ("first kept entry", _s(d.get("firstKeptEntryId"))),
+        ("first kept entry", kept),
     ]
     if _on(d.get("fromHook")):
         pairs.append(("from extension", "yes"))
-    return _finish(_header(pairs) + _s(d.get("summary")))
+    return _finish(_header(d, pairs) + _s(d.get("summary")))
 
 
-def _branch_summary(d: dict[str, Any]) -> bytes:
-    pairs = [("branch summary of", _s(d.get("fromId")))]
+def _branch_summary(d: dict[str, Any], ctx: Context) -> bytes:
+    start = d.get("fromId")
+    pairs = [("branch summary of", "the root" if start == "root" else _named(start, ctx))]
     if _on(d.get("fromHook")):
         pairs.append(("from extension", "yes"))
-    return _finish(_header(pairs) + _s(d.get("summary")))
+    return _finish(_header(d, pairs) + _s(d.get("summary")))
 
 
-def _unknown(msg: dict[str, Any]) -> bytes:
+def _unknown(d: dict[str, Any], msg: dict[str, Any]) -> bytes:
     role = _s(msg.get("role")) or "unknown"
     text = content_text(msg.get("content"))
     rest = {k: v for k, v in msg.items() if k not in ("role", "content")}
-    return _finish(
-        _header([("role", role)]) + text + ("\n\n" + fence(_json(rest), "json") if rest else "")
-    )
+    extra = [b for b in blocks(msg.get("content")) if b.get("type") != "text"]
+    if extra:
+        rest["other content"] = extra
+    return _finish(_header(d, [("role", role)]) + text + ("\n\n" + fields(rest) if rest else ""))
 
 
-_BY_ROLE = {
+_BY_ROLE: dict[str, Callable[[dict[str, Any], dict[str, Any], Context], bytes]] = {
     "assistant": _assistant,
     "toolResult": _tool_result,
     "bashExecution": _bash,
@@ -369,6 +599,42 @@ _BY_ROLE = {
     "custom": _custom_role,
     "hookMessage": _custom_role,
 }
+
+
+KNOWN_NOTES = frozenset({
+    "model_change", "thinking_level_change", "label", "session_info", "usage", "custom",
+    "context_edit",
+})  # the entry types that take no number whose preview says all a reader needs
+_LINE_KEYS = ("type", "id", "parentId", "timestamp")
+
+
+def note_detail(d: dict[str, Any]) -> str:
+    """What a one-file view shows below the note of an entry of a type pisessfs does not
+    know: every field it carries, as text (never dropped)."""
+    etype = d.get("type")
+    if isinstance(etype, str) and etype in KNOWN_NOTES:
+        return ""
+    return fields({k: v for k, v in d.items() if k not in _LINE_KEYS})
+
+
+def context_edit(d: dict[str, Any], target_name: str | None) -> tuple[str, str]:
+    """A context edit's note in a one-file view: which earlier entry the model stops seeing
+    or sees replaced (by file name and id), and the replacement text."""
+    target = d.get("targetId")
+    names = {target: target_name} if isinstance(target, str) and target_name else {}
+    shown = _named(target, Context(names=names))
+    shown = shown or "an entry without a valid id"
+    repl = d.get("replacement")
+    if repl is None:
+        return f"context edit: the model no longer sees {shown}", ""
+    content = repl.get("content") if isinstance(repl, dict) else None
+    if isinstance(content, str | list):
+        text = content_text(content)
+        others = [b for b in blocks(content) if b.get("type") != "text"]
+        text += ("\n" if text else "") + "".join(f"[{_s(b.get('type'))}]\n" for b in others)
+    else:
+        text = fields({"replacement": repl})
+    return f"context edit: the model sees {shown} replaced by:", text or '""'
 
 
 def images(d: dict[str, Any]) -> list[tuple[str, bytes]]:
@@ -466,7 +732,9 @@ def preview(d: dict[str, Any], tool_call: dict[str, Any] | None = None) -> str:
     if etype == "custom_message":
         return f"[{_s(d.get('customType'))}]: " + one_line(content_text(d.get("content")))
     simple = {
-        "model_change": lambda: f"[model: {_s(d.get('modelId'))}]",
+        "model_change": lambda: "[model: "
+        + "/".join(x for x in (_s(d.get("provider")), _s(d.get("modelId"))) if x)
+        + "]",
         "thinking_level_change": lambda: f"[thinking: {_s(d.get('thinkingLevel'))}]",
         "label": lambda: f"[label: {_s(d.get('label'))}]" if d.get("label") else "[label cleared]",
         "session_info": lambda: f"[name: {one_line(_s(d.get('name')))}]",
@@ -491,9 +759,8 @@ def _message_preview(msg: dict[str, Any], tool_call: dict[str, Any] | None) -> s
             return "assistant: " + " ".join(call_preview(c) for c in calls)
         return f"{role}: " + one_line(text)
     if role == "toolResult":
-        if tool_call is not None:
-            return call_preview(tool_call) + (" (error)" if _on(msg.get("isError")) else "")
-        return f"[{_s(msg.get('toolName'))}]"
+        call = call_preview(tool_call) if tool_call is not None else f"[{_s(msg.get('toolName'))}]"
+        return f"{call} → {_returned(msg)}"
     if role == "bashExecution":
         return f"[$ {one_line(_s(msg.get('command')), 60)}]"
     if role == "system":
@@ -503,16 +770,21 @@ def _message_preview(msg: dict[str, Any], tool_call: dict[str, Any] | None) -> s
     return f"{role}: " + one_line(content_text(msg.get("content")))
 
 
+def _returned(msg: dict[str, Any]) -> str:
+    """What a tool result returned, in a few words: its first line of output, an error."""
+    texts = (_s(b.get("text")) for b in blocks(msg.get("content")) if b.get("type") == "text")
+    head = next((t[:4096] for t in texts if t.strip()), "")  # a 10 MB output: its start
+    first = next((ln for ln in head.splitlines() if ln.strip()), "")
+    said = one_line(first, 60) if first else "(no output)"
+    return f"error: {said}" if _on(msg.get("isError")) else said
+
+
 def call_preview(call: dict[str, Any]) -> str:
     """``[bash: ls -la]``, ``[read: path]``: a tool call as Pi's tree shows it."""
     name = _s(call.get("name")) or "tool"
     args = call.get("arguments")
     arg = ""
     if isinstance(args, dict):
-        for key in ("command", "path", "file_path", "pattern", "url", "query"):
-            if isinstance(args.get(key), str):
-                arg = args[key]
-                break
-        else:
-            arg = dumps(args, indent=False).decode()
+        main = _main_arg(args)
+        arg = main if main is not None else dumps(args, indent=False).decode()
     return f"[{name}: {one_line(arg, 60)}]"

@@ -12,7 +12,7 @@ from typing import Any
 
 from . import render
 from .jsonl import Parser
-from .model import Entry, iso_or_none
+from .model import Entry, iso_or_none, parse_ts_ms, utc_clock
 from .sessions import Loaded
 
 FolderOf = Callable[[str], str]  # entry id -> "leaves/<name>" or "nodes/<id>"
@@ -75,7 +75,9 @@ def tree_txt(s: Loaded, folder_of: FolderOf) -> bytes:
     texts = previews(s)
     width = render.number_width(max(ix.num.values(), default=0))
     out = _Chunks()
-    head = f"# {len(ix.order)} entries, {len(ix.all_leaves())} leaves"
+    out.add(_about(s))
+    head = f"# {_count(len(ix.order), 'entry', 'entries')}, "
+    head += _count(len(ix.all_leaves()), "leaf", "leaves")
     if ix.resume:
         head += f"; resume leaf {ix.resume} ({folder_of(ix.resume)})"
     out.add(head)
@@ -100,6 +102,40 @@ def tree_txt(s: Loaded, folder_of: FolderOf) -> bytes:
         for p in problems:
             out.add(f"line {p.line}: {p.kind}: {p.detail}")
     return out.bytes()
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _about(s: Loaded) -> str:
+    """The first line: the session's name, cwd, creation time, messages and cost."""
+    stats = s.stats()
+    header = _header(s)
+    cwd = header.get("cwd") if header else None
+    created = _created(s)
+    ms = parse_ts_ms(created)
+    p = s.parser
+    name = stats.name if p.harness is None else p.harness_info.get("name")
+    bits = [
+        " ".join(name.split()) if isinstance(name, str) and name.strip() else "unnamed",
+        " ".join(cwd.splitlines()) if isinstance(cwd, str) and cwd else "no cwd",
+        f"created {utc_clock(ms)} UTC" if ms is not None else "no creation time",
+        _count(stats.messages, "message", "messages"),
+        f"${stats.cost:.4f}",
+    ]
+    return "# " + " · ".join(bits)
+
+
+def _header(s: Loaded) -> dict[str, Any] | None:
+    p = s.parser
+    return p.header.fields if p.header else p.harness.fields if p.harness else None
+
+
+def _created(s: Loaded) -> str | None:
+    header = _header(s)
+    stamp = header.get("createdAt" if s.parser.harness else "timestamp") if header else None
+    return stamp if isinstance(stamp, str) else iso_or_none(stamp)
 
 
 #: Tree connectors shown in full down to this many branch levels; deeper rows show the
@@ -158,10 +194,9 @@ def session_json(s: Loaded, folder_of: FolderOf, listed: set[str]) -> bytes:
     """Header fields and derived facts, as pretty JSON."""
     ix = s.index
     p = s.parser
-    header = p.header.fields if p.header else p.harness.fields if p.harness else None
+    header = _header(s)
     stats = s.stats()
-    stamp = header.get("createdAt" if p.harness else "timestamp") if header else None
-    created = stamp if isinstance(stamp, str) else iso_or_none(stamp)
+    created = _created(s)
     last = stats.last_activity_ms
     modified = iso_or_none(last) if last else None  # Pi: only a time after 1970 counts
     doc: dict[str, Any] = {

@@ -29,7 +29,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from . import onefile, render, summary, writer
 from .errors import (
@@ -81,6 +81,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ROOT_INO = 1
+CALL_SEARCH = 256  # entries looked at above a tool result for its call (results of one
+# assistant message follow each other; a hostile file gets no further)
 
 
 class Key(NamedTuple):
@@ -483,8 +485,46 @@ class View:
         if hit is not None:
             self._cache.move_to_end(key)
             return hit
-        d = s.parsed(self.entry(s, key.eid))
-        return self._keep(key, (render.render(d), render.images(d)))
+        e = self.entry(s, key.eid)
+        d = s.parsed(e)
+        return self._keep(key, (render.render(d, self.context(s, e, d)), render.images(d)))
+
+    def context(self, s: Loaded, e: Entry, d: dict[str, Any]) -> render.Context:
+        """What entry ``e``'s file shows of other entries: the call a tool result answers
+        (in the nearest assistant message above it) and the file names of the entries a
+        compaction or branch summary names. Only ancestors and ids: fixed forever."""
+        msg = render.message_of(d)
+        call_id = msg.get("toolCallId")
+        if msg.get("role") == "toolResult" and isinstance(call_id, str):
+            return render.Context(call=self._call_above(s, e, call_id))
+        named = d.get("firstKeptEntryId") if e.type == "compaction" else d.get("fromId")
+        if e.type not in ("compaction", "branch_summary") or not isinstance(named, str):
+            return render.NO_CONTEXT
+        name = self.file_of(s, named)
+        return render.Context(names={named: name} if name else {})
+
+    def _call_above(self, s: Loaded, e: Entry, call_id: str) -> dict[str, Any] | None:
+        cur = e.parent_id
+        for _ in range(CALL_SEARCH):
+            above = s.index.by_id.get(cur) if cur is not None else None
+            if above is None:
+                return None
+            if above.kind == "assistant":
+                content = render.message_of(s.parsed(above)).get("content")
+                for b in render.blocks(content):
+                    if b.get("type") == "toolCall" and b.get("id") == call_id:
+                        return b
+                return None
+            cur = above.parent_id
+        return None
+
+    def file_of(self, s: Loaded, eid: str) -> str | None:
+        """The file name of entry ``eid`` in the folder of its own node."""
+        e = s.index.by_id.get(eid)
+        num = s.index.num.get(eid, 0)
+        if e is None or e.kind is None or not num:
+            return None
+        return render.file_name(num, render.number_width(num), e.kind)
 
     def _keep(self, key: Key, done: Rendered) -> Rendered:
         self._cache[key] = done
@@ -502,9 +542,15 @@ class View:
         """What a one-file view shows of entry ``e``."""
         if not e.numbered:
             text = previews.get(e.id) if previews is not None else None
+            if e.type == "context_edit":  # what the model stops seeing, said in full
+                d = s.parsed(e)
+                target = d.get("targetId")
+                name = self.file_of(s, target) if isinstance(target, str) else None
+                return onefile.Piece(e, 0, b"", (), *render.context_edit(d, name))
+            d = s.parsed(e)
             if text is None:
-                text = render.preview(s.parsed(e))
-            return onefile.Piece(e, 0, b"", (), text)
+                text = render.preview(d)
+            return onefile.Piece(e, 0, b"", (), text, render.note_detail(d))
         num = s.index.num.get(e.id, 0)
         key = Key("msg", s.path, s.epoch, e.id)
         body, images = self.rendered(s, key)

@@ -345,7 +345,7 @@ def test_a_line_forked_many_times_renders_in_linear_time_and_size(tmp_path: Path
     s = view.up_to_date(str(tmp_path / "p" / "s.jsonl"))
     tree = summary.tree_txt(s, lambda e: view.folder_of(s, e)).decode()
     rows = tree.splitlines()
-    assert len(rows) == n + 1
+    assert len(rows) == n + 2  # two header lines, a row per entry
     assert max(len(r) for r in rows) < 40 + 3 * summary.MAX_LEVELS + 80, max(rows, key=len)
     assert "⋯" in tree  # the deep levels are said, not dropped
     doc = orjson.loads(summary.session_json(s, lambda e: view.folder_of(s, e), set()))

@@ -131,7 +131,7 @@ def test_system_prompt_tools_of_any_type_render(tools: object) -> None:
         "type": "message",
         "message": {"role": "system", "toolsAdded": tools, "toolsRemoved": tools},
     }
-    assert render.render(d).startswith(b"System Prompt Update")
+    assert render.render(d).startswith(b"system: prompt update\n")
 
 
 def test_counts_past_a_double_do_not_break_previews_or_totals(tmp_path: Path) -> None:
