@@ -235,7 +235,8 @@ def test_made_up_kinds_read_as_text(tmp_path: Path) -> None:
         "2026-11-20 10:00:05 UTC\n> deploy said: fine\n"
     ) in conv
     assert "> context edit: the model no longer sees 0001-user.md (u1) · e2 ·" in conv
-    assert "> [hologram] · z1 · 2026-11-20 10:00:08 UTC\n> payload.beam:\n> ```\n> l1\n> l2\n" in conv
+    hologram = "> [hologram] · z1 · 2026-11-20 10:00:08 UTC\n> payload.beam:\n> ```\n> l1\n> l2\n"
+    assert hologram in conv  # every field of an unknown entry type, as text
     assert "[deploy: prod] → deployed\n" in tree  # the result says what it returned
     assert "# unnamed · /w · created 2026-11-20 10:00:00 UTC · 4 messages · $0.0000\n" in tree
     assert "# 9 entries, 2 leaves;" in tree
