@@ -532,13 +532,32 @@ def _system(d: dict[str, Any], msg: dict[str, Any], _ctx: Context) -> bytes:
             params = t.get("parameters")
             parts.append(
                 f"## tool added: {_s(t.get('name'))}\n{_s(t.get('description'))}\n"
-                + (fields({"parameters": params}) if params is not None else "")
+                + _tool_params(params)
             )
     for t in _list(msg.get("toolsRemoved")):
         if isinstance(t, dict):
             parts.append(f"## tool removed: {_s(t.get('name'))}")
     head = _header(d, [("system", "prompt update")])
     return _finish(head + "\n\n".join(p.rstrip("\n") for p in parts))
+
+
+def _tool_params(params: object) -> str:
+    """A tool's parameters as Pi's export lists them: ``- name (type, required):
+    description``, one per property; a schema of another shape as ``key: value`` lines."""
+    if not isinstance(params, dict) or not isinstance(params.get("properties"), dict):
+        return fields({"parameters": params}) if params is not None else ""
+    props: dict[str, Any] = params["properties"]
+    required = _list(params.get("required"))
+    lines = []
+    for name, prop in props.items():
+        p = prop if isinstance(prop, dict) else {}
+        kind = p.get("type", "any")
+        shown = _s(kind) or "|".join(map(_s, _list(kind))) or dumps(kind, indent=False).decode()
+        need = "required" if name in required else "optional"
+        desc = _s(p.get("description")).replace("\n", "\n  ")
+        head = f"- {' '.join(str(name).split())} ({shown}, {need})"
+        lines.append(head + (f": {desc}" if desc else ""))
+    return "\n".join(lines) + "\n"
 
 
 def _custom_role(d: dict[str, Any], msg: dict[str, Any], _ctx: Context) -> bytes:

@@ -203,6 +203,11 @@ MADE_UP = [
     msg("x1", "e2", 7, role="oracle", content="a role Pi does not have", mood={"k": 'v "q"'}),
     line("z1", "x1", 8, type="hologram", payload={"beam": 'l1\nl2'}),
     line("b1", "u1", 9, type="branch_summary", fromId="x1", summary="tried a deploy"),
+    msg("s1", "b1", 9, role="system", toolsAdded=[{
+        "name": "deploy", "description": "Ship it.", "parameters": {
+            "type": "object", "required": ["target"],
+            "properties": {"target": {"type": "string", "description": "where"},
+                           "dry": {"type": "boolean"}}}}]),
 ]
 
 
@@ -238,5 +243,9 @@ def test_made_up_kinds_read_as_text(tmp_path: Path) -> None:
     hologram = "> [hologram] · z1 · 2026-11-20 10:00:08 UTC\n> payload.beam:\n> ```\n> l1\n> l2\n"
     assert hologram in conv  # every field of an unknown entry type, as text
     assert "[deploy: prod] → deployed\n" in tree  # the result says what it returned
-    assert "# unnamed · /w · created 2026-11-20 10:00:00 UTC · 4 messages · $0.0000\n" in tree
-    assert "# 9 entries, 2 leaves;" in tree
+    assert "# unnamed · /w · created 2026-11-20 10:00:00 UTC · 5 messages · $0.0000\n" in tree
+    assert "# 10 entries, 2 leaves;" in tree
+    assert files["0003-system.md"] == (
+        "system: prompt update\ntime: 2026-11-20 10:00:09\n\n## tool added: deploy\nShip it.\n"
+        "- target (string, required): where\n- dry (boolean, optional)\n"
+    )
