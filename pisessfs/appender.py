@@ -108,10 +108,7 @@ class Appender:
     def close(self, timeout: float = 5.0) -> None:
         """Close the socket (the helper finishes what it holds, then exits) and reap it."""
         with self._lock:
-            if self._sock is not None:
-                self._sock.close()
-                self._sock = None
-            proc, self._proc = self._proc, None
+            proc = self._drop()
         if proc is not None:
             try:
                 proc.wait(timeout)
@@ -129,17 +126,20 @@ class Appender:
         return self._sock
 
     def _lost(self, why: str) -> None:
+        """The helper is gone or broken: reap it; the next line starts another."""
         self._warn(why)
+        proc = self._drop()
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        if proc is not None:
+            proc.wait()
+
+    def _drop(self) -> subprocess.Popen[bytes] | None:
         if self._sock is not None:
             self._sock.close()
         self._sock = None
         proc, self._proc = self._proc, None
-        if proc is not None:
-            try:
-                proc.wait(1.0)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        return proc
 
     def _warn(self, why: str) -> None:
         if not self._warned:

@@ -4,6 +4,7 @@ at all, whatever happens to the daemon that sent it."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import socket
 import struct
@@ -68,3 +69,28 @@ def test_a_line_cut_off_by_the_daemons_death_writes_nothing(tmp_path: Path) -> N
     wait_for(lambda: proc.poll() is not None, 10, "the helper to exit")
     assert proc.returncode == 0
     assert f.read_bytes() == b"first\n"
+
+
+@pytest.mark.warns
+def test_a_dead_helper_is_replaced_and_no_save_is_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    f = tmp_path / "s.jsonl"
+    f.write_bytes(b"")
+    a = Appender()
+    fd = os.open(f, os.O_WRONLY | os.O_APPEND)
+    try:
+        a.put(fd, b"one\n")
+        first = a._proc
+        assert first is not None
+        first.kill()
+        first.wait()
+        a.put(fd, b"two\n")  # written in-process: the socket to the dead one is broken
+        a.put(fd, b"three\n")  # by a new helper
+        assert a._proc is not None and a._proc.pid != first.pid
+    finally:
+        os.close(fd)
+        a.close()
+    assert f.read_bytes() == b"one\ntwo\nthree\n"
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(said) == 1 and said[0].startswith("append helper: sending failed"), said
