@@ -656,20 +656,31 @@ def context_edit(d: dict[str, Any], target_name: str | None) -> tuple[str, str]:
     return f"context edit: the model sees {shown} replaced by:", text or '""'
 
 
-def images(d: dict[str, Any]) -> list[tuple[str, bytes]]:
-    """(extension, decoded bytes) of each image block of a conversation entry, in order."""
+def _image_blocks(d: dict[str, Any]) -> list[dict[str, Any]]:
     content = (
         d.get("content") if d.get("type") == "custom_message" else message_of(d).get("content")
     )
+    return [b for b in blocks(content) if b.get("type") == "image"]
+
+
+def _image_ext(b: dict[str, Any]) -> str:
+    return _IMAGE_EXT.get(_s(b.get("mimeType")), "bin")
+
+
+def image_exts(d: dict[str, Any]) -> list[str]:
+    """The extension of each image file of a conversation entry, without decoding them."""
+    return [_image_ext(b) for b in _image_blocks(d)]
+
+
+def images(d: dict[str, Any]) -> list[tuple[str, bytes]]:
+    """(extension, decoded bytes) of each image block of a conversation entry, in order."""
     out: list[tuple[str, bytes]] = []
-    for b in blocks(content):
-        if b.get("type") != "image":
-            continue
+    for b in _image_blocks(d):
         try:
             data = base64.b64decode(_s(b.get("data")), validate=False)
         except (binascii.Error, ValueError):
             data = b""
-        out.append((_IMAGE_EXT.get(_s(b.get("mimeType")), "bin"), data))
+        out.append((_image_ext(b), data))
     return out
 
 

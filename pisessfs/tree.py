@@ -297,6 +297,17 @@ class Index:
         out.reverse()
         return out
 
+    def numbered_at(self, eid: str, n: int) -> str | None:
+        """The conversation entry numbered ``n`` on the path root..eid (walking up)."""
+        cur = self.anchor.get(eid)
+        while cur is not None:
+            k = self.num[cur]
+            if k <= n:
+                return cur if k == n else None
+            p = self.parent[cur]
+            cur = self.anchor[p] if p is not None else None
+        return None
+
     def files_on_path(self, eid: str) -> int:
         """How many numbered files the folder of ``eid`` shows (the number of the last)."""
         return self.num.get(eid, 0)

@@ -22,8 +22,10 @@ so a rewritten file never serves old bytes under an old inode.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
 import stat
 import time
 from collections import OrderedDict, deque
@@ -81,6 +83,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ROOT_INO = 1
+LISTINGS_KEPT = 16  # entry folders' listings kept per session (each is its whole path)
+_NUMBER = re.compile(r"(\d{4,})-")
 CALL_SEARCH = 256  # entries looked at above a tool result for its call (results of one
 # assistant message follow each other; a hostile file gets no further)
 
@@ -339,31 +343,49 @@ class View:
         raise NotFound(name)
 
     def file_named(self, s: Loaded, key: Key, name: str) -> Key:
-        memo: dict[str, dict[str, Key]] = s.memo.setdefault("names", {})
-        table = memo.get(key.eid)
-        if table is None:
-            table = memo[key.eid] = dict(self.files(s, key))
-        found = table.get(name)
-        if found is None:
+        """A numbered file (or image) of entry folder ``key`` by its name, found from the
+        number it starts with: never the whole listing, which renders every entry of the
+        path (sed and editors look up names that are not there, in folders of 50,000 files
+        whose leaf moves with every append)."""
+        m = _NUMBER.match(name)
+        last = s.index.files_on_path(key.eid)
+        num = int(m.group(1)) if m else 0
+        nid = s.index.numbered_at(key.eid, num) if 1 <= num <= last else None
+        if nid is None:
             raise NotFound(name)
-        return found
+        kind = s.index.by_id[nid].kind or "message"
+        width = render.number_width(last)
+        found = Key("msg", key.path, s.epoch, nid)
+        if name == render.file_name(num, width, kind):
+            return found
+        for k, ext in enumerate(render.image_exts(s.parsed(s.index.by_id[nid])), start=1):
+            if name == render.image_name(num, width, kind, k, ext):
+                return found._replace(k=k)
+        raise NotFound(name)
 
     def files(self, s: Loaded, key: Key) -> list[tuple[str, Key]]:
-        """The numbered files (and images) of entry folder ``key``, in path order."""
-        memo: dict[str, list[tuple[str, Key]]] = s.memo.setdefault("files", {})
+        """The numbered files (and images) of entry folder ``key``, in path order (the last
+        few listings kept: a folder's names never change)."""
+        memo: OrderedDict[str, list[tuple[str, Key]]] = s.memo.setdefault("files", OrderedDict())
         out = memo.get(key.eid)
-        if out is None:
-            ids = s.index.numbered_path(key.eid)
-            width = render.number_width(len(ids))
-            out = []
-            for nid in ids:
-                e = s.index.by_id[nid]
-                num, kind = s.index.num[nid], e.kind or "message"
-                msg_key = Key("msg", key.path, s.epoch, nid)
-                out.append((render.file_name(num, width, kind), msg_key))
-                for k, (ext, _) in enumerate(self.rendered(s, msg_key)[1], start=1):
-                    out.append((render.image_name(num, width, kind, k, ext), msg_key._replace(k=k)))
-            memo[key.eid] = out
+        if out is not None:
+            with contextlib.suppress(KeyError):  # a render thread may have dropped it
+                memo.move_to_end(key.eid)
+            return out
+        ids = s.index.numbered_path(key.eid)
+        width = render.number_width(len(ids))
+        out = []
+        for nid in ids:
+            e = s.index.by_id[nid]
+            num, kind = s.index.num[nid], e.kind or "message"
+            msg_key = Key("msg", key.path, s.epoch, nid)
+            out.append((render.file_name(num, width, kind), msg_key))
+            for k, (ext, _) in enumerate(self.rendered(s, msg_key)[1], start=1):
+                out.append((render.image_name(num, width, kind, k, ext), msg_key._replace(k=k)))
+        memo[key.eid] = out
+        while len(memo) > LISTINGS_KEPT:
+            with contextlib.suppress(KeyError):
+                memo.popitem(last=False)
         return out
 
     # -- lookup and listing -----------------------------------------------------------------

@@ -353,6 +353,52 @@ def test_a_line_forked_many_times_renders_in_linear_time_and_size(tmp_path: Path
         assert leaf["files"] == len(s.index.numbered_path(leaf["id"]))
 
 
+def test_a_name_in_a_deep_folder_is_found_without_rendering_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The soak's saves took up to 10 s: a session grown to a line of 55,000 entries gets a
+    new leaf every few ms, and each lookup in ``current/`` (sed's temp file, vim's swap file,
+    the file saved) built that folder's whole table of names, rendering every entry on its
+    path to learn its images. A name is found from its number: no renders but its own."""
+    from pisessfs import render
+    from pisessfs.errors import NotFound
+    from pisessfs.sessions import Store
+    from pisessfs.view import Key, View
+
+    data, parent = damaged.line(damaged.HEADER), None
+    n = 5000
+    for i in range(n):
+        data += damaged.line(damaged.user(f"{i:08x}", parent, f"m{i}", 1 + i % 50))
+        parent = f"{i:08x}"
+    (tmp_path / "p").mkdir()
+    path = str(tmp_path / "p" / "s.jsonl")
+    (tmp_path / "p" / "s.jsonl").write_bytes(data)
+    view = View(Store(str(tmp_path)))
+    s = view.up_to_date(path)
+    calls = 0
+    real = render.render
+
+    def counted(*args: object) -> bytes:
+        nonlocal calls
+        calls += 1
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(render, "render", counted)
+    for leaf in range(n - 50, n):
+        key = Key("edir", path, s.epoch, f"{leaf:08x}")
+        with pytest.raises(NotFound):
+            view.file_named(s, key, "sedAbC123")
+        with pytest.raises(NotFound):
+            view.file_named(s, key, f"{leaf + 2:04d}-user.md")  # past the folder's end
+        first = view.file_named(s, key, "0001-user.md")
+        assert first.eid == "00000000"
+        mine = view.file_named(s, key, f"{leaf + 1:04d}-user.md")
+        assert mine.eid == f"{leaf:08x}" and mine.kind == "msg"
+    assert calls <= 50, f"{calls} renders for 200 lookups"
+    with pytest.raises(NotFound):
+        view.file_named(s, Key("edir", path, s.epoch, "00000009"), "0010-assistant.md")
+
+
 # -- 5. one save, one line -----------------------------------------------------------------
 
 
