@@ -69,7 +69,10 @@ def private(file_mode: int, folder_mode: int) -> bool:
 
 
 def _object(raw: bytes) -> dict[str, Any] | None:
-    d, _ = decode_line(raw.rstrip(b"\r"))
+    # A line nested thousands deep (only a hostile file has one) is skipped, not parsed:
+    # the slow parser that reads it took seconds for a folder of fuzzed files, while one of
+    # their names waited. A name depends on the file alone, so it still never changes.
+    d, _ = decode_line(raw.rstrip(b"\r"), deep=False)
     return d if isinstance(d, dict) else None
 
 

@@ -150,13 +150,17 @@ _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _LITERALS = (("true", True), ("false", False), ("null", None))
 
 
-def loads_js(text: str) -> Any:
+def loads_js(text: str, deep: bool = True) -> Any:
     """``JSON.parse`` of a str: what orjson refuses but JavaScript accepts (lone surrogate
     escapes, numbers past 64 bits or past a double, any depth), and nothing more (NaN and
-    Infinity are not JSON). Raises ValueError (or JSONDecodeError) when it is not JSON."""
+    Infinity are not JSON). Raises ValueError (or JSONDecodeError) when it is not JSON, and
+    when ``deep`` is False and it nests past Python's recursion limit (parsing that takes
+    a slow parser of our own)."""
     try:
         return _DECODER.decode(text)
     except RecursionError:  # V8's parser is iterative: nesting has no limit there
+        if not deep:
+            raise ValueError("nested too deep for a quick look") from None
         return _parse_deep(text)
 
 
@@ -229,7 +233,7 @@ def _parse_deep(s: str) -> Any:
             value, i = box, i + 1
 
 
-def parse_line(raw: bytes) -> tuple[bool, Any, str | None]:
+def parse_line(raw: bytes, deep: bool = True) -> tuple[bool, Any, str | None]:
     """Parse one line like Pi: ``(True, value, note)`` or ``(False, None, why)``.
 
     orjson first (the hot path); only a line it refuses is read again as ``JSON.parse``
@@ -247,15 +251,15 @@ def parse_line(raw: bytes) -> tuple[bool, Any, str | None]:
         text = raw.decode("utf-8", "replace")
         note = "invalid UTF-8 (replaced with U+FFFD, as Pi does)"
     try:
-        return True, loads_js(text), note
+        return True, loads_js(text, deep), note
     except ValueError:  # json.JSONDecodeError is one
         return False, None, "invalid UTF-8, and not JSON" if note else error
 
 
-def decode_line(raw: bytes) -> tuple[Any, str | None]:
+def decode_line(raw: bytes, deep: bool = True) -> tuple[Any, str | None]:
     """(value, note) when the line parses (value None for a JSON ``null``), (None, why)
-    when it does not."""
-    ok, value, why = parse_line(raw)
+    when it does not (``deep=False``: nor when it nests past Python's recursion limit)."""
+    ok, value, why = parse_line(raw, deep)
     return (value, why) if ok else (None, why)
 
 

@@ -16,6 +16,8 @@ counts:
    every line JSON, none glued, none blank, none duplicated, every save that said success
    (and every direct append) there exactly once; the mount's ``session.jsonl`` and ``current``
    agree with the file; the real Pi (tests/pi/oracle.mjs, when node is there) loads every line.
+   A save is timed from its open (or sed's start) to its close; finding the file it edits (a
+   listing of a leaf folder that grows by an entry every few ms) is timed apart, as a read.
 3. kill: rounds of ``kill -9`` of the daemon while a Python writer saves, a shell loops over
    ``cat``/``ls`` and a ``sleep`` has its cwd inside (every other round on a loaded CPU):
    dead mounts left after 5 s ("Transport endpoint is not connected", seen in
@@ -324,19 +326,30 @@ def save_echo(folder: Path, tok: str) -> bool:
     return True
 
 
-def save_sed(folder: Path, tok: str, sub: str = "current") -> bool:
-    """``sed -i`` appending ``tok`` to the last user message of ``folder/sub``."""
+SaveTarget = tuple[Path, str]  # the folder a save runs in, and the file it edits there
+
+
+def in_current(folder: Path) -> SaveTarget:
+    return folder, ""
+
+
+def last_user(folder: Path, sub: str = "current") -> SaveTarget | None:
+    """The last user message of ``folder/sub`` (a listing: timed as a read, not a save)."""
     users = sorted(n for n in os.listdir(folder / sub) if re.fullmatch(r"\d{4}-user\.md", n))
-    if not users:
-        return False
-    sh(["sed", "-i", f"1s/$/ {tok}/", f"{sub}/{users[-1]}"], folder)
-    return True
+    return (folder, f"{sub}/{users[-1]}") if users else None
 
 
-def save_sed_leaf(folder: Path, tok: str) -> bool:
-    """``sed -i`` in the leaf folder ``current`` points at now (``current`` itself moves
+def last_user_of_leaf(folder: Path) -> SaveTarget | None:
+    """The same in the leaf folder ``current`` points at now (``current`` itself moves
     under sed's feet when Pi appends: sed's rename then fails, loudly)."""
-    return save_sed(folder / os.readlink(folder / "current"), tok, ".")
+    return last_user(folder / os.readlink(folder / "current"), ".")
+
+
+def save_sed(target: SaveTarget, tok: str) -> bool:
+    """``sed -i`` appending ``tok`` to the first line of the target file."""
+    folder, name = target
+    sh(["sed", "-i", f"1s/$/ {tok}/", name], folder)
+    return True
 
 
 def save_dup(folder: Path, tok: str) -> bool:
@@ -363,11 +376,16 @@ def save_dup(folder: Path, tok: str) -> bool:
     return True
 
 
-SAVES: list[tuple[str, Callable[[Path, str], bool]]] = [
-    ("SH", save_echo),
-    ("SED", save_sed),
-    ("SEDL", save_sed_leaf),
-    ("PY", save_dup),
+def save_in(save: Callable[[Path, str], bool]) -> Callable[[SaveTarget, str], bool]:
+    return lambda target, tok: save(target[0], tok)
+
+
+#: (kind, how it finds its target: timed as a read, how it saves: timed as a save)
+SAVES: list[tuple[str, Callable[[Path], SaveTarget | None], Callable[[SaveTarget, str], bool]]] = [
+    ("SH", in_current, save_in(save_echo)),
+    ("SED", last_user, save_sed),
+    ("SEDL", last_user_of_leaf, save_sed),
+    ("PY", in_current, save_in(save_dup)),
 ]
 
 
@@ -379,17 +397,21 @@ def checked(ctx: Ctx, part: str, session: Path, succeeded: list[str]) -> Lines:
     return lines
 
 
-def mount_saves(folder: Path, clock: Clock, seconds: float) -> tuple[list[str], int]:
+def mount_saves(
+    folder: Path, clock: Clock, reads: Clock, seconds: float
+) -> tuple[list[str], int]:
     """Saves of every kind in turn for ``seconds``: (tokens of the saves that said success,
-    how many were tried)."""
+    how many were tried). Finding the file a save edits (a listing of the leaf folder) is
+    timed by ``reads``, the save itself by ``clock``."""
     ok: list[str] = []
     n, deadline = 0, time.monotonic() + seconds
     while time.monotonic() < deadline:
-        kind, save = SAVES[n % len(SAVES)]
+        kind, find, save = SAVES[n % len(SAVES)]
         tok = token(kind, n)
-        if clock(f"save {kind} {tok}", save, folder, tok):
-            ok.append(tok)
         n += 1
+        target = reads(f"list the folder {kind} {tok} saves in", find, folder)
+        if target is not None and clock(f"save {kind} {tok}", save, target, tok):
+            ok.append(tok)
     return ok, n
 
 
@@ -436,11 +458,12 @@ def part_soak(ctx: Ctx) -> list[Row]:
     real.write_bytes(small_session("soak", ["start here", "ok", "and go on", "fine"]))
     d = ctx.daemon(root, "soak")
     folder = d.mnt / "soak" / "s"
-    clock = Clock(d)
+    clock, reads = Clock(d), Clock(d)
     rec = ctx.dir("soak") / "appended.txt"
     child, stop = start_child(appender, real, rec, 0.005)
-    ok, tried = mount_saves(folder, clock, ctx.scale.soak_seconds)
+    ok, tried = mount_saves(folder, clock, reads, ctx.scale.soak_seconds)
     end_child(child, stop)
+    longest = max((t for _, t in reads.slow), default=0.0)
     lines = checked(ctx, "soak", real, ok + recorded(rec))
     return [
         info(
@@ -454,6 +477,11 @@ def part_soak(ctx: Ctx) -> list[Row]:
             "soak", "saves refused (errno: count)", str(dict(clock.errors)) if clock.errors else 0
         ),
         zero("soak", "saves over 1 s", len(clock.slow)),
+        info(
+            "soak",
+            "listings of the leaf folder over 1 s / the longest (s)",
+            f"{len(reads.slow)} / {longest:.1f}",
+        ),
         *view_rows("soak", folder, real),
         *pi_rows("soak", real, ctx.dir("soak"), lines.lines - lines.blank, ctx),
         *end_rows("soak", d, clock, ctx),

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import orjson
+import pytest
 
 from tests import damaged
 from tests.conftest import RECIPE, RECIPE_ID, RECIPE_STEM, mounted, wait_for
@@ -118,3 +119,29 @@ def test_a_name_never_shows_the_text_of_a_file_others_may_not_read() -> None:
         )
         assert os.readlink(folder / "s") == "2026-11-20T1000-secret-plan-77777777"
     shutil.rmtree(base, ignore_errors=True)
+
+
+def test_naming_never_parses_a_line_nested_thousands_deep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A project of 1,000 fuzzed files took 6.5 s to name (getfattr waited on it): lines
+    nested past Python's recursion limit went to the slow parser that Pi's JSON.parse needs
+    only for the session itself. A name needs the header and the first user message."""
+    from pisessfs import jsonl
+    from pisessfs.sessions import Store
+
+    folder = tmp_path / "--p--"
+    folder.mkdir()
+    deep = b'{"type":"custom","data":' + b"[" * 5000 + b"]" * 5000 + b"}\n"
+    for i in range(3):
+        body = damaged.line(damaged.HEADER) + deep + damaged.line(damaged.user("u1", None, "hi"))
+        (folder / f"s{i}.jsonl").write_bytes(body)
+
+    def slow(text: str) -> object:
+        raise AssertionError("the slow parser ran while naming")
+
+    monkeypatch.setattr(jsonl, "_parse_deep", slow)
+    store = Store(str(tmp_path))
+    store.read_heads(store.heads_missing(str(folder)))
+    names = [i.name for i in store.sessions_in(str(folder))]
+    assert len(names) == 3 and all("-hi-" in n for n in names), names
