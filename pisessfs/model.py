@@ -7,6 +7,7 @@ computed once and cached forever.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -129,8 +130,13 @@ def iso_ms(ms: int) -> str:
     return f"{shown}-{month:02d}-{day:02d}T{clock}"
 
 
+_YEAR_10000_MS = 253_402_300_800_000
+
+
 def utc_clock(ms: int) -> str:
     """Unix ms as ``2026-03-02 09:14:05`` (UTC, to the second); "" outside a Date's range."""
+    if 0 <= ms < _YEAR_10000_MS:  # the C library's, twice as fast (two per entry rendered)
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms // 1000))
     try:
         iso = iso_ms(ms)
     except ValueError:

@@ -168,6 +168,15 @@ class Loaded:
         self._counted = len(entries)
         return self._stats
 
+    def count(self, i: int, e: Entry, d: dict[str, Any]) -> None:
+        """Count entry ``i`` of the file (parsed as ``d``) into :meth:`stats` when it is the
+        next one to count: a pass that parses every entry anyway (tree.txt's previews)
+        saves the stats a second parse of the whole file."""
+        entries = self.parser.entries
+        if i == self._counted and i < len(entries) and entries[i] is e:
+            self._stats.add(e.type, d)
+            self._counted += 1
+
     def frozen(self) -> Loaded:
         """A copy of this state that appends do not change, for a whole-session render in
         another thread (called under the session's lock; the copy is read without it).

@@ -36,8 +36,8 @@ class Previews:
         """One preview per winning entry, tool results shown as their call."""
         with self.lock:
             entries = s.entries
-            for e in entries[self.done :]:
-                self._add(s, e)
+            for i, e in enumerate(entries[self.done :], self.done):
+                s.count(i, e, self._add(s, e))  # one parse for the preview and the stats
             self.done = len(s.parser.entries)  # a torn tail is looked at again next time
             out: dict[str, str] = {}
             for eid, e in s.index.by_id.items():
@@ -49,10 +49,10 @@ class Previews:
                     out[eid] = hit[1]
             return out
 
-    def _add(self, s: Loaded, e: Entry) -> None:
+    def _add(self, s: Loaded, e: Entry) -> dict[str, Any]:
         d = s.parsed(e)
         if not d:
-            return
+            return d
         msg = render.message_of(d)
         if msg.get("role") == "assistant":
             for b in render.blocks(msg.get("content")):
@@ -61,6 +61,7 @@ class Previews:
         call_id = msg.get("toolCallId") if msg.get("role") == "toolResult" else None
         call = self.calls.get(call_id) if isinstance(call_id, str) else None
         self.texts[e.start] = (e.end, render.preview(d, call))
+        return d
 
 
 def previews(s: Loaded) -> dict[str, str]:

@@ -517,6 +517,8 @@ class View:
         compaction or branch summary names. Only ancestors and ids: fixed forever."""
         msg = render.message_of(d)
         call_id = msg.get("toolCallId")
+        if e.kind == "assistant":  # its results come next: their calls, without a parse
+            s.memo["calls"] = (e, _calls(d))
         if msg.get("role") == "toolResult" and isinstance(call_id, str):
             return render.Context(call=self._call_above(s, e, call_id))
         named = d.get("firstKeptEntryId") if e.type == "compaction" else d.get("fromId")
@@ -532,13 +534,19 @@ class View:
             if above is None:
                 return None
             if above.kind == "assistant":
-                content = render.message_of(s.parsed(above)).get("content")
-                for b in render.blocks(content):
-                    if b.get("type") == "toolCall" and b.get("id") == call_id:
-                        return b
-                return None
+                return self._calls_of(s, above).get(call_id)
             cur = above.parent_id
         return None
+
+    def _calls_of(self, s: Loaded, e: Entry) -> dict[str, dict[str, Any]]:
+        """The tool calls of assistant entry ``e`` by id; the last one's are kept, as the
+        results of one message follow it (a render parses the message once, not per result)."""
+        last = s.memo.get("calls")
+        if last is not None and last[0] is e:
+            return last[1]  # type: ignore[no-any-return]
+        calls = _calls(s.parsed(e))
+        s.memo["calls"] = (e, calls)
+        return calls
 
     def file_of(self, s: Loaded, eid: str) -> str | None:
         """The file name of entry ``eid`` in the folder of its own node."""
@@ -558,21 +566,15 @@ class View:
 
     # -- one-file views ---------------------------------------------------------------------
 
-    def piece(
-        self, s: Loaded, e: Entry, previews: Mapping[str, str] | None = None
-    ) -> onefile.Piece:
+    def piece(self, s: Loaded, e: Entry) -> onefile.Piece:
         """What a one-file view shows of entry ``e``."""
         if not e.numbered:
-            text = previews.get(e.id) if previews is not None else None
+            d = s.parsed(e)
             if e.type == "context_edit":  # what the model stops seeing, said in full
-                d = s.parsed(e)
                 target = d.get("targetId")
                 name = self.file_of(s, target) if isinstance(target, str) else None
                 return onefile.Piece(e, 0, b"", (), *render.context_edit(d, name))
-            d = s.parsed(e)
-            if text is None:
-                text = render.preview(d)
-            return onefile.Piece(e, 0, b"", (), text, render.note_detail(d))
+            return onefile.Piece(e, 0, b"", (), render.preview(d), render.note_detail(d))
         num = s.index.num.get(e.id, 0)
         key = Key("msg", s.path, s.epoch, e.id)
         body, images = self.rendered(s, key)
@@ -632,8 +634,9 @@ class View:
         with conv.lock:
             entries = s.parser.entries  # complete lines only: a torn tail may still change
             if conv.done < len(entries):
-                texts = summary.previews(s)
-                pieces = [self.piece(s, e, texts) for e in entries[conv.done :]]
+                # Not summary.previews: that parses every entry for tree.txt's rows, and a
+                # note is needed only for the entries that take no number.
+                pieces = [self.piece(s, e) for e in entries[conv.done :]]
                 problems = [*s.parser.problems, *s.index.problems]
                 conv.add(pieces, problems, lambda i: s.index.num.get(i, 0))
             return conv.bytes()
@@ -871,3 +874,12 @@ def _weight(r: Rendered) -> int:
 
 def _ns(e: Entry) -> int:
     return (e.ts_ms or 0) * 1_000_000
+
+
+def _calls(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The tool calls of an assistant entry, by id (the first of a repeated id)."""
+    calls: dict[str, dict[str, Any]] = {}
+    for b in render.blocks(render.message_of(d).get("content")):
+        if b.get("type") == "toolCall" and isinstance(b.get("id"), str):
+            calls.setdefault(b["id"], b)
+    return calls
