@@ -1,5 +1,8 @@
 """The write and live-view parts of scripts/bench: latencies a person feels.
 
+Owns the save latency (``write_latency``), the live view (``visible_latency``), the part as
+a whole (``live_part``) and its report lines (``report_live``); helpers from scripts/benchlib.py.
+
 4. A new message through the mount: from ``open`` to ``close()`` returning with the line
    fsynced in the session file (DESIGN.md target: median <= 5 ms), beside the same
    open + write + fsync + close of a small file on the native file system.
@@ -19,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from bench import ENV, EXAMPLES, ROOT, Mount, cpu_seconds, log, median
+from benchlib import ENV, EXAMPLES, ROOT, Mount, cpu_seconds, log, median
 
 LIVE_JS = ROOT / "scripts" / "bench_live.mjs"
 TARGET_WRITE_MS = 5.0

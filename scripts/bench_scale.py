@@ -2,7 +2,7 @@
 """A year of sessions: grep -r and rg over the mount against the raw JSONL folder.
 
 Generates (or reuses, with ``--corpus DIR``) a corpus of about ``--sessions`` session files
-and ``--mb`` MiB in ``--projects`` project folders, with Pi's shapes (scripts/bench.py's
+and ``--mb`` MiB in ``--projects`` project folders, with Pi's shapes (scripts/bench_gen.py's
 generator: long tool outputs, images, edits that branch, compactions, labels), two of them
 ``--big-mb`` MiB each. Then, in one run, each figure the median of ``--runs``:
 
@@ -35,7 +35,8 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench as b  # the shared helpers: mounts, medians, the session generator
+import bench_gen  # the session generator
+import benchlib as b  # the shared helpers: mounts, timing, medians
 
 TARGET_GREP_WARM = 2.0
 TARGET_RG_WARM = 3.0
@@ -55,7 +56,7 @@ def generate(root: Path, sessions: int, mb: int, projects: int, big_mb: int) -> 
     for i, size in enumerate(sizes):
         folder = root / f"--home-ana-src-project-{i % projects:02d}--"
         folder.mkdir(parents=True, exist_ok=True)
-        b.generate_session(folder / f"2026-{i:05d}.jsonl", size, seed=i)
+        bench_gen.generate_session(folder / f"2026-{i:05d}.jsonl", size, seed=i)
         if i % 500 == 0:
             b.log(f"corpus: {i}/{len(sizes)} sessions, {time.perf_counter() - t0:.0f} s")
     facts = {"sessions": len(sizes), "projects": projects, "bytes": _du(root)}
