@@ -196,6 +196,7 @@ def session_json(s: Loaded, folder_of: FolderOf, listed: set[str]) -> bytes:
     ix = s.index
     p = s.parser
     header = _header(s)
+    previews(s)  # its pass counts the stats: tree.txt, rendered next in a walk, parses nothing
     stats = s.stats()
     created = _created(s)
     last = stats.last_activity_ms
