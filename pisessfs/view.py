@@ -84,7 +84,7 @@ log = logging.getLogger(__name__)
 
 ROOT_INO = 1
 LISTINGS_KEPT = 16  # entry folders' listings kept per session (each is its whole path)
-_NUMBER = re.compile(r"(\d{4,})-")
+_NUMBER = re.compile(r"([0-9]{4,})-")  # ASCII only: int() would take any script's digits
 CALL_SEARCH = 256  # entries looked at above a tool result for its call (results of one
 # assistant message follow each other; a hostile file gets no further)
 
