@@ -381,7 +381,7 @@ def _tool_call(b: dict[str, Any]) -> str:
         del rest["command"]
         body.append(fence(command, "sh"))
     elif name in ("read", "write", "edit", "ls") and path is not None:
-        rest.pop("path" if "path" in rest and rest["path"] == path else "file_path", None)
+        del rest["path" if isinstance(rest.get("path"), str) else "file_path"]  # (as _arg)
         head += " " + " ".join(path.splitlines())
         if name == "write" and isinstance(rest.get("content"), str):
             body.append(fence(rest.pop("content"), _lang(path)))
@@ -654,6 +654,16 @@ def context_edit(d: dict[str, Any], target_name: str | None) -> tuple[str, str]:
     else:
         text = fields({"replacement": repl})
     return f"context edit: the model sees {shown} replaced by:", text or '""'
+
+
+def tool_calls(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The tool calls of an assistant entry by id (a repeated id: the last, as Pi's export
+    maps them)."""
+    return {
+        b["id"]: b
+        for b in blocks(message_of(d).get("content"))
+        if b.get("type") == "toolCall" and isinstance(b.get("id"), str)
+    }
 
 
 def _image_blocks(d: dict[str, Any]) -> list[dict[str, Any]]:

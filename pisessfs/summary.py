@@ -55,9 +55,7 @@ class Previews:
             return d
         msg = render.message_of(d)
         if msg.get("role") == "assistant":
-            for b in render.blocks(msg.get("content")):
-                if b.get("type") == "toolCall" and isinstance(b.get("id"), str):
-                    self.calls[b["id"]] = b
+            self.calls.update(render.tool_calls(d))
         call_id = msg.get("toolCallId") if msg.get("role") == "toolResult" else None
         call = self.calls.get(call_id) if isinstance(call_id, str) else None
         self.texts[e.start] = (e.end, render.preview(d, call))
@@ -112,7 +110,7 @@ def _count(n: int, one: str, many: str) -> str:
 def _about(s: Loaded) -> str:
     """The first line: the session's name, cwd, creation time, messages and cost."""
     stats = s.stats()
-    header = _header(s)
+    header = _header_fields(s)
     cwd = header.get("cwd") if header else None
     created = _created(s)
     ms = parse_ts_ms(created)
@@ -128,13 +126,13 @@ def _about(s: Loaded) -> str:
     return "# " + " · ".join(bits)
 
 
-def _header(s: Loaded) -> dict[str, Any] | None:
+def _header_fields(s: Loaded) -> dict[str, Any] | None:
     p = s.parser
     return p.header.fields if p.header else p.harness.fields if p.harness else None
 
 
 def _created(s: Loaded) -> str | None:
-    header = _header(s)
+    header = _header_fields(s)
     stamp = header.get("createdAt" if s.parser.harness else "timestamp") if header else None
     return stamp if isinstance(stamp, str) else iso_or_none(stamp)
 
@@ -195,7 +193,7 @@ def session_json(s: Loaded, folder_of: FolderOf, listed: set[str]) -> bytes:
     """Header fields and derived facts, as pretty JSON."""
     ix = s.index
     p = s.parser
-    header = _header(s)
+    header = _header_fields(s)
     previews(s)  # its pass counts the stats: tree.txt, rendered next in a walk, parses nothing
     stats = s.stats()
     created = _created(s)

@@ -353,12 +353,13 @@ class View:
         nid = s.index.numbered_at(key.eid, num) if 1 <= num <= last else None
         if nid is None:
             raise NotFound(name)
-        kind = s.index.by_id[nid].kind or "message"
+        e = s.index.by_id[nid]
+        kind = e.kind or "message"
         width = render.number_width(last)
         found = Key("msg", key.path, s.epoch, nid)
         if name == render.file_name(num, width, kind):
             return found
-        for k, ext in enumerate(render.image_exts(s.parsed(s.index.by_id[nid])), start=1):
+        for k, ext in enumerate(render.image_exts(s.parsed(e)), start=1):
             if name == render.image_name(num, width, kind, k, ext):
                 return found._replace(k=k)
         raise NotFound(name)
@@ -518,7 +519,7 @@ class View:
         msg = render.message_of(d)
         call_id = msg.get("toolCallId")
         if e.kind == "assistant":  # its results come next: their calls, without a parse
-            s.memo["calls"] = (e, _calls(d))
+            s.memo["calls"] = (e, render.tool_calls(d))
         if msg.get("role") == "toolResult" and isinstance(call_id, str):
             return render.Context(call=self._call_above(s, e, call_id))
         named = d.get("firstKeptEntryId") if e.type == "compaction" else d.get("fromId")
@@ -544,7 +545,7 @@ class View:
         last = s.memo.get("calls")
         if last is not None and last[0] is e:
             return last[1]  # type: ignore[no-any-return]
-        calls = _calls(s.parsed(e))
+        calls = render.tool_calls(s.parsed(e))
         s.memo["calls"] = (e, calls)
         return calls
 
@@ -875,11 +876,3 @@ def _weight(r: Rendered) -> int:
 def _ns(e: Entry) -> int:
     return (e.ts_ms or 0) * 1_000_000
 
-
-def _calls(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The tool calls of an assistant entry, by id (the first of a repeated id)."""
-    calls: dict[str, dict[str, Any]] = {}
-    for b in render.blocks(render.message_of(d).get("content")):
-        if b.get("type") == "toolCall" and isinstance(b.get("id"), str):
-            calls.setdefault(b["id"], b)
-    return calls
