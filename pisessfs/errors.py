@@ -46,6 +46,11 @@ class Invalid(ViewError):
     pass
 
 
+class Changed(ViewError):
+    """ESTALE: a file opened from answers kept for its session changed before it was read
+    (what the kernel was told of it no longer holds)."""
+
+
 class Busy(Exception):
     """Not an error: the request needs ``work`` done first (blocking: run it off the event
     loop; :data:`~pisessfs.sessions.YIELD`: let other requests run), then to be asked again."""

@@ -43,6 +43,7 @@ ERRNO: dict[type[Exception], int] = {
     v.Exists: errno.EEXIST,
     v.CrossFolder: errno.EXDEV,
     v.Invalid: errno.EINVAL,
+    v.Changed: errno.ESTALE,
     Unreadable: errno.EACCES,
     writer.ReadOnlySession: errno.EROFS,
     writer.NotUtf8: errno.EILSEQ,
@@ -182,6 +183,9 @@ class Operations(pyfuse3.Operations):
     async def lookup(
         self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.EntryAttributes:
+        kept = self.view.kept_child(parent_inode, os.fsdecode(name))
+        if kept is not None:  # (a session the parse cache dropped, its file unchanged)
+            return self._entry(kept)
         await self._ready(parent_inode)
         child = self.view.resolve(parent_inode, os.fsdecode(name))
         await self._ready(child, attr_only=True)  # tree.txt's size: rendered off the loop
@@ -189,19 +193,28 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        kept = self.view.kept_attr(inode)
+        if kept is not None:
+            return self._entry(kept)
         await self._ready(inode, attr_only=True)
         return self._entry(self.view.getattr(inode))
 
     @handler
     async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
+        kept = self.view.kept_link(inode)
+        if kept is not None:
+            return kept
         await self._ready(inode)
         return self.view.readlink(inode)
 
     @handler
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
-        await self._ready(inode, listing=True)
+        listing = self.view.kept_listing(inode)
+        if listing is None:
+            await self._ready(inode, listing=True)
+            listing = self.view.children(inode)
         fh = next(self._fh)
-        self._dirs[fh] = self.view.children(inode)
+        self._dirs[fh] = listing
         self.actions.walks.opened(fh, inode, ctx.pid)  # rm -r holds the folders it empties
         return fh
 
@@ -220,28 +233,40 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
-        await self._ready(inode)
         fh = next(self._fh)
-        if flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND) and self.read_only:
+        writes = flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND)
+        later = None if writes else self.view.later(inode)
+        if later is not None:
+            # A whole-session file of a session the parse cache dropped, its file unchanged:
+            # the kernel knows its size, and its page cache most likely has the bytes.
+            self._files[fh] = later
+            return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=False)
+        await self._ready(inode)
+        if writes and self.read_only:
             raise pyfuse3.FUSEError(errno.EROFS)
         if self.editor.open(fh, inode, flags):
             # Written files bypass the page cache: what a reader sees is always our bytes.
             return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
         # Every open file reads a snapshot taken here, so a reader holding it open sees one
         # consistent version while its session grows, is rewritten or disappears. What can
-        # change bypasses the page cache, so invalidating it never waits on page locks.
-        self._files[fh] = self.view.snapshot(inode)
+        # change bypasses the page cache (but tree.txt and session.json of the file as it
+        # is, see View.cacheable), so invalidating it seldom waits on page locks.
+        snap = self._files[fh] = self.view.snapshot(inode)
         # A message being written: the kernel's size for it follows the writer's bytes, so
         # this reader reads ours (the saved version) past the kernel's size and page cache.
         # conversation.md only grows at its end: a repeated grep -r reads it from the cache.
-        cached = self.view.cacheable(inode) and not self.editor.writing(inode)
+        cached = self.view.cacheable(inode, len(snap.data)) and not self.editor.writing(inode)
         return pyfuse3.FileInfo(fh=fh, keep_cache=cached, direct_io=not cached)
 
     @handler
     async def read(self, fh: int, off: int, size: int) -> bytes:
         if self.editor.owns(fh):
             return self.editor.read(fh, off, size)
-        return self._files[fh].read(off, size)
+        snap = self._files[fh]
+        if isinstance(snap, v.Later) and not snap.filled:
+            await self._ready(snap.ino)
+            self.view.fill(snap)
+        return snap.read(off, size)
 
     @handler
     async def write(self, fh: int, off: int, buf: bytes) -> int:
@@ -462,15 +487,17 @@ class Operations(pyfuse3.Operations):
 
         Each call runs in a worker thread: the kernel may wait for requests in flight on the
         same node before it answers, and those need the event loop to be free (calling it
-        from a handler deadlocks the mount, fuse-notes.md §1.9). Only attributes are dropped:
-        files whose bytes change are never in the page cache (direct_io), so no page lock is
-        ever waited for.
+        from a handler deadlocks the mount, fuse-notes.md §1.9). Mostly only attributes are
+        dropped: files whose bytes change are read around the page cache (direct_io), except
+        tree.txt and session.json opened from kept answers (``View.later``), whose pages go
+        too (``PAGES``); a read of them in flight is answered by the free loop meanwhile.
         """
         async for ino, name in self._recv:
             self._queued.discard((ino, name))  # a change from now on asks again
             try:
-                if name is None:
-                    await trio.to_thread.run_sync(pyfuse3.invalidate_inode, ino, True)
+                if name is None or name == v.PAGES:
+                    attr_only = name is None
+                    await trio.to_thread.run_sync(pyfuse3.invalidate_inode, ino, attr_only)
                 else:
                     await trio.to_thread.run_sync(pyfuse3.invalidate_entry, ino, os.fsencode(name))
             except OSError as err:  # the kernel had forgotten it, or the mount is going

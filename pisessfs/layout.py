@@ -60,6 +60,9 @@ class NodeKind:
     unparsed: ClassVar[bool] = False
     #: its bytes only ever grow at the end: what the page cache holds stays valid
     append_only: ClassVar[bool] = False
+    #: what it answers (attributes, listing, link target) follows from the session file
+    #: alone: kept past the session's eviction while the file is unchanged (``kept``)
+    kept: ClassVar[bool] = False
 
     def child(self, v: View, key: Key, name: str) -> Key:
         raise NotADir(name)
@@ -88,6 +91,11 @@ class NodeKind:
     def xattrs(self, v: View, key: Key) -> dict[str, bytes]:
         """Its ``user.pi.*`` attributes."""
         return {}
+
+    def holds(self, v: View, s: Loaded, key: Key) -> bool:
+        """Whether what it answers now is what the file as ``s`` read it gives (a kind that
+        may answer from an older rendering says when it does not)."""
+        return self.kept
 
     def step(self, v: View, r: Request) -> Work | None:
         """Work still to do before this node answers (after its session is up to date)."""
@@ -178,6 +186,12 @@ class Session(NodeKind):
     name = "sess"
     fmt = stat.S_IFDIR
     unparsed = True  # its attributes: the file's stat
+    kept = True
+
+    def holds(self, v: View, s: Loaded, key: Key) -> bool:
+        # A fork's parent may come into the mount later: its listing is not kept.
+        header = s.parser.header
+        return header is None or not isinstance(header.fields.get("parentSession"), str)
 
     def child(self, v: View, key: Key, name: str) -> Key:
         kind = SESSION_NAMES.get(name) or ("jsonl" if name == RAW else None)
@@ -235,6 +249,7 @@ class Leaves(NodeKind):
 
     name = "leaves"
     fmt = stat.S_IFDIR
+    kept = True
 
     def child(self, v: View, key: Key, name: str) -> Key:
         s = v.session(key)
@@ -258,6 +273,7 @@ class Nodes(NodeKind):
 
     name = "nodes"
     fmt = stat.S_IFDIR
+    kept = True
 
     def child(self, v: View, key: Key, name: str) -> Key:
         s = v.session(key)
@@ -355,6 +371,12 @@ class Branch(NodeKind):
 class Whole(NodeKind):
     """A file made from the whole session, rendered off the loop once per change."""
 
+    kept = True
+
+    def holds(self, v: View, s: Loaded, key: Key) -> bool:
+        hit = s.memo.get(self.name)  # a lookup may have answered an older rendering's size
+        return hit is not None and hit[0] == s.version
+
     def content(self, v: View, key: Key) -> bytes:
         return v.session_text(v.session(key), self.name)
 
@@ -400,6 +422,7 @@ class Raw(NodeKind):
 
 class _Link(NodeKind):
     fmt = stat.S_IFLNK
+    kept = True
 
     def target(self, v: View, key: Key) -> bytes:
         return self.path(v, v.session(key), key).encode("utf-8", "surrogateescape")
@@ -447,6 +470,7 @@ class _FreeLink(_Link):
     """A link of no session to parse: its attributes from the real file or folder's stat."""
 
     sessionless = True
+    kept = False  # answered without a parse anyway
 
     def attr(self, v: View, ino: int, key: Key) -> Attr:
         size = len(self.target(v, key))
@@ -479,6 +503,7 @@ class Parent(_Link):
     """``parent``: the session this one was forked from, when it is a session of the mount."""
 
     name = "parent"
+    kept = False  # the parent may come into the mount, or leave it
 
     def path(self, v: View, s: Loaded, key: Key) -> str:
         target = parent_of(v, s)

@@ -55,7 +55,8 @@ _WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
 # (32 MiB), so each chunk is its own mapping, given back to the system when parsed.
 _CHUNK = 40 << 20
 INLINE_BYTES = 512 << 10  # parsed on the event loop at a time (a few ms at most)
-MIN_IDLE = 5.0  # seconds a parsed session is kept past the cap after its last use
+#: Seconds a parsed session is kept past the cap after its last use (tests set it lower).
+MIN_IDLE = float(os.environ.get("PISESSFS_TEST_MIN_IDLE", "5"))
 FREEZE_EVERY = 100_000  # appended entries after which the collector stops walking them
 
 Work = Callable[[], object]  # blocking work a step hands back, to run off the loop
@@ -500,6 +501,7 @@ class SessionFile:
         on a 1 GB session, every thread waiting)."""
         with no_gc():
             fresh = self._read_whole()
+            log.debug("read %s whole (%d bytes)", self.path, fresh.size)
             fresh.rebuild()
             self.loaded = fresh
             self._fingerprint = None

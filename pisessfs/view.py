@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 from . import onefile, render, summary, writer
 from .errors import (
     Busy,
+    Changed,
     CrossFolder,
     Denied,
     Exists,
@@ -47,6 +48,7 @@ from .errors import (
     NotPermitted,
     ViewError,
 )
+from .kept import KEPT_NAMES, Answers, Kept
 from .layout import KINDS, WHOLE_KINDS, Request
 from .model import Entry
 from .names import id_name, name_id, utf8
@@ -59,6 +61,7 @@ from .sessions import (
     Loaded,
     SessionFile,
     Store,
+    Unreadable,
     Work,
     no_gc,
 )
@@ -66,6 +69,7 @@ from .sessions import (
 __all__ = [
     "Attr",
     "Busy",
+    "Changed",
     "CrossFolder",
     "Denied",
     "Exists",
@@ -83,6 +87,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ROOT_INO = 1
+#: An invalidation's "name" that asks the kernel to drop an inode's cached bytes as well as
+#: its attributes (no name has a NUL in it).
+PAGES = "\0pages"
 LISTINGS_KEPT = 16  # entry folders' listings kept per session (each is its whole path)
 _NUMBER = re.compile(r"([0-9]{4,})-")  # ASCII only: int() would take any script's digits
 CALL_SEARCH = 256  # entries looked at above a tool result for its call (results of one
@@ -126,6 +133,7 @@ class View:
         self._cache: OrderedDict[Key, Rendered] = OrderedDict()
         self._cache_bytes = 0
         self._cache_cap = render_cache_bytes
+        self._kept = Kept()  # what sessions the parse cache dropped answered (``kept``)
         self.overlays: dict[Key, Overlay] = {}  # entry folder -> its scratch layer
         self.nodes: dict[int, Node] = {}  # scratch inode -> node
         self._serial = 0
@@ -243,7 +251,9 @@ class View:
                 s.adopt(frozen)
             known = self._ino.get(Key(kind, s.path))
             if known is not None:
-                self.invalidations.append((known, None))  # its size changed
+                # Its size changed. Its pages, if a handle from kept answers left any, are of
+                # the same file (they were checked): a change of the file drops them.
+                self.invalidations.append((known, None))
 
         return work
 
@@ -268,13 +278,27 @@ class View:
         key = self.key(ino)
         return key.path if key.kind in ("edir", "msg") else None
 
-    def cacheable(self, ino: int) -> bool:
-        """Whether the kernel may keep the node's bytes in its page cache across opens: they
-        never change, or only grow at their end (conversation.md). A change of the session
-        changes the node's mtime, and the kernel drops its pages at the next ``stat``
-        (``auto_inval_data``), without a request of ours waiting on them."""
-        kind = KINDS[self.key(ino).kind]
-        return kind.immutable or kind.append_only
+    def cacheable(self, ino: int, size: int) -> bool:
+        """Whether the kernel may keep the node's bytes (``size`` of them, as just read) in its
+        page cache across opens: they never change, or only grow at their end
+        (conversation.md), or they are tree.txt or session.json of the file as it is, of
+        the size the kernel was told (so that a later walk, after the session was dropped
+        from the parse cache, reads them from there). A change of the session file drops
+        those (``PAGES``); for the others the kernel drops its pages when a ``stat`` shows
+        a new mtime (``auto_inval_data``), without a request of ours waiting on them."""
+        key = self.key(ino)
+        kind = KINDS[key.kind]
+        if kind.immutable or kind.append_only:
+            return True
+        if key.kind not in WHOLE_KINDS:
+            return False
+        sf = self.store.known(key.path)
+        s = sf.loaded if sf is not None else None
+        if s is None or s.ident is None or not kind.holds(self, s, key):
+            return False
+        held = self._kept.get(key.path, s.ident)
+        told = held.attrs.get(ino) if held is not None else None
+        return told is not None and told.size == size
 
     def session(self, key: Key) -> Loaded:
         """The parsed session a node belongs to, as :meth:`ready` left it."""
@@ -433,7 +457,12 @@ class View:
         listing = KINDS[key.kind].listing(self, key)
         ov = self.overlays.get(key)
         if ov is None:
-            return [(name, self.getattr(self.ino(k))) for name, k in listing]
+            out = [(name, self.getattr(self.ino(k))) for name, k in listing]
+            if len(out) <= KEPT_NAMES:
+                held = self._holding(key, [k for _, k in listing])
+                if held is not None:
+                    held.listings[ino] = dict(out)
+            return out
         hidden = ov.whiteouts | ov.names.keys()
         out = [(n, self.getattr(self.ino(k))) for n, k in listing if n not in hidden]
         return out + [(n, self.getattr(node.ino)) for n, node in ov.names.items()]
@@ -457,7 +486,11 @@ class View:
 
     def getattr(self, ino: int) -> Attr:
         key = self.key(ino)
-        return KINDS[key.kind].attr(self, ino, key)
+        a = KINDS[key.kind].attr(self, ino, key)
+        held = self._holding(key) if KINDS[key.kind].kept else None
+        if held is not None:
+            held.attrs[ino] = a
+        return a
 
     def plain_attr(self, ino: int, mode: int, real: Identity, size: int, fixed: bool) -> Attr:
         """Attributes with the real file's owner and ``mode`` as it is (a link's)."""
@@ -686,7 +719,84 @@ class View:
 
     def readlink(self, ino: int) -> bytes:
         key = self.key(ino)
-        return KINDS[key.kind].target(self, key)
+        target = KINDS[key.kind].target(self, key)
+        held = self._holding(key) if KINDS[key.kind].kept else None
+        if held is not None:
+            held.links[ino] = target
+        return target
+
+    # -- answers kept past eviction (``kept``) -----------------------------------------------
+
+    def _holding(self, key: Key, children: list[Key] | None = None) -> Answers | None:
+        """Where to keep what node ``key`` (and ``children``, its listing) answered just
+        now, when every one of them answered what the file as it was read gives."""
+        sf = self.store.known(key.path)
+        s = sf.loaded if sf is not None else None
+        if s is None or s.ident is None:
+            return None
+        for k in [key, *(children or ())]:
+            if k.path != key.path or not KINDS[k.kind].holds(self, s, k):
+                return None
+        return self._kept.of(key.path, s.ident)
+
+    def kept(self, ino: int) -> Answers | None:
+        """What a node of a session the parse cache dropped answered, when its file is still
+        the file they were made from (one ``stat``); None: ask the session."""
+        key = self.key(ino)
+        if not KINDS[key.kind].kept:
+            return None
+        sf = self.store.known(key.path)
+        if sf is None or sf.loaded is not None or sf.recheck:
+            return None
+        try:
+            ident = Identity.of(sf.stat())
+        except Unreadable:
+            return None  # the session answers that itself
+        return self._kept.get(key.path, ident)
+
+    def kept_attr(self, ino: int) -> Attr | None:
+        held = self.kept(ino)
+        return held.attrs.get(ino) if held is not None else None
+
+    def kept_child(self, parent: int, name: str) -> Attr | None:
+        held = self.kept(parent)
+        names = held.listings.get(parent) if held is not None else None
+        return names.get(name) if names is not None else None
+
+    def kept_listing(self, ino: int) -> list[tuple[str, Attr]] | None:
+        held = self.kept(ino)
+        names = held.listings.get(ino) if held is not None else None
+        return list(names.items()) if names is not None else None
+
+    def kept_link(self, ino: int) -> bytes | None:
+        held = self.kept(ino)
+        return held.links.get(ino) if held is not None else None
+
+    def later(self, ino: int) -> Later | None:
+        """A handle for a whole-session file of a dropped session that the kernel knows the
+        size of: its bytes are made only when a read comes (the page cache usually has them:
+        a repeated walk then parses nothing)."""
+        if self.key(ino).kind not in WHOLE_KINDS:
+            return None
+        held = self.kept(ino)
+        a = held.attrs.get(ino) if held is not None else None
+        if held is None or a is None:
+            return None
+        return Later(ino, held.ident, a.size)
+
+    def fill(self, later: Later) -> None:
+        """Make the bytes of ``later`` (its session brought up to date by ``ready``).
+        conversation.md only grows; the other files must be of the very file the kernel was
+        told the size of."""
+        key = self.key(later.ino)
+        s = self.session(key)
+        data = self.content(later.ino)
+        same = s.ident == later.ident and len(data) == later.size
+        grown = KINDS[key.kind].append_only and len(data) >= later.size
+        if not (same or grown):
+            log.warning("%s: changed between open and read: answered ESTALE", key.path)
+            raise Changed(key.path)
+        later.data, later.filled = data, True
 
     # -- the scratch layer ----------------------------------------------------------------
 
@@ -753,10 +863,18 @@ class View:
 
     def changed_session(self, path: str) -> None:
         """The session file changed: drop the kernel's view of what depends on the whole."""
+        self._kept.drop(path)
         for kind in ("sess", "leaves", "current", "current.md", "jsonl", *WHOLE_KINDS):
             n = self._ino.get(Key(kind, path))
             if n is not None:
-                self.invalidations.append((n, None))
+                self.invalidations.append((n, self._dropped(kind)))
+
+    @staticmethod
+    def _dropped(kind: str) -> str | None:
+        """What the kernel must drop of a changed node: tree.txt and session.json change in
+        the middle, and a file opened from kept answers left their bytes in the page cache
+        (conversation.md only grows: what the cache holds of it stays right)."""
+        return PAGES if kind in WHOLE_KINDS and not KINDS[kind].append_only else None
 
     def changed_everything_of(self, path: str) -> None:
         """The session file's owner or mode changed: every node of it shows other bits.
@@ -819,12 +937,22 @@ class Snapshot:
 
     def __init__(self, data: bytes) -> None:
         self.data = data
+        self.filled = True  # (see Later)
 
     def read(self, off: int, size: int) -> bytes:
         return self.data[off : off + size]
 
     def close(self) -> None:
         return None
+
+
+class Later(Snapshot):
+    """The bytes of a whole-session file, made at the first read (``View.fill``)."""
+
+    def __init__(self, ino: int, ident: Identity, size: int) -> None:
+        super().__init__(b"")
+        self.ino, self.ident, self.size = ino, ident, size
+        self.filled = False
 
 
 class FileSnapshot(Snapshot):

@@ -22,6 +22,7 @@ ORDER = [
     "actions",
     "watch",
     "view",
+    "kept",
     "layout",
     "onefile",
     "summary",

@@ -13,7 +13,9 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
-from tests.conftest import RECIPE, Mount, need
+import pytest
+
+from tests.conftest import RECIPE, Mount, mounted, need, pi, wait_for
 
 LONG = 120  # bytes: a message this long is unlikely to be quoted by another
 
@@ -125,3 +127,77 @@ def test_every_branch_view_has_its_exact_size(mount: Mount) -> None:
         assert size == len(view.read_bytes()), view
         checked += 1
     assert checked >= 11, checked
+
+
+# -- walks over more sessions than the parse cache holds ------------------------------------
+
+
+def forks(sessions: Path) -> set[str]:
+    """The session files whose header names a parent session (their folder may come to
+    show a ``parent`` link, so what it lists is not kept when they are dropped)."""
+    out = set()
+    for f in sessions.rglob("*.jsonl"):
+        with f.open("rb") as fh:
+            if b'"parentSession"' in fh.readline():
+                out.add(str(f))
+    return out
+
+
+def read_whole(log: str) -> list[str]:
+    """The session files the daemon read whole, as its debug log says, in order."""
+    marker = " whole ("
+    return [
+        ln.split(" read ", 1)[1].rsplit(marker, 1)[0] for ln in log.splitlines() if marker in ln
+    ]
+
+
+def listed(top: Path) -> dict[Path, tuple[int, int, str]]:
+    """What ``ls -lR`` asks of every name a walk meets: its mode, size and link target."""
+    out: dict[Path, tuple[int, int, str]] = {}
+    for dirpath, dirs, files in os.walk(top):
+        for name in dirs + files:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            out[p.relative_to(top)] = (
+                st.st_mode,
+                st.st_size,
+                os.readlink(p) if p.is_symlink() else "",
+            )
+    return out
+
+
+def test_walks_over_more_sessions_than_the_cache_holds_parse_them_once(
+    sessions: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A year of sessions is bigger than the parse cache: each walk dropped every session
+    before the next walk came back to it, and the next walk parsed and rendered them all
+    again (150 s against 18 s for 1 GB). What a walk asks of a dropped session whose file is
+    unchanged is answered from what it answered before; its bytes come from the page cache
+    (or, for a page the kernel no longer has, from the session parsed again)."""
+    with mounted(sessions) as ref:
+        expected = {p.relative_to(ref.path): data for p, data in walked(ref.path).items()}
+        names = listed(ref.path)
+    monkeypatch.setenv("PISESSFS_TEST_MIN_IDLE", "0")  # drop at once what is over the cap
+    with mounted(sessions, "--cache-mb", "0", "--debug") as m:
+
+        def walk() -> dict[Path, bytes]:
+            return {p.relative_to(m.path): data for p, data in walked(m.path).items()}
+
+        assert walk() == expected
+        first = read_whole(m.log_text())
+        assert len(set(first)) >= 4 and len(first) == len(set(first))  # each once
+        for _ in range(2):
+            assert listed(m.path) == names
+        again = read_whole(m.log_text())[len(first) :]
+        assert set(again) <= forks(sessions), again  # the others were not parsed again
+        assert walk() == expected  # and the bytes are the same, from the cache or not
+
+        # A dropped session that changes is read again, and every file of it shows the
+        # change (tree.txt and session.json had pages in the kernel's cache).
+        folder = m.path / RECIPE
+        real = Path(os.getxattr(folder, "user.pi.file").decode())
+        (new,) = pi("--append", str(real), "74cc97d5", "appended while dropped")
+        for name in ("tree.txt", "session.json", "conversation.md", "current.md"):
+            wait_for(lambda n=name: new in (folder / n).read_text(), 5, f"{new} in {name}")
+            assert os.stat(folder / name).st_size == len((folder / name).read_bytes()), name
+    assert m.proc.returncode == 0 and "Traceback" not in m.log_text()

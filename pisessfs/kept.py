@@ -1,0 +1,75 @@
+"""Answers kept for sessions the parse cache dropped: what a walk asks of a session folder.
+
+A year of sessions is bigger than the parse cache, so a ``grep -r`` over all of them drops
+each session before the next walk comes back to it, and every walk parsed and rendered the
+whole corpus again (150 s for 1 GB with the default cap, against 18 s with a cap that holds
+it all). What a walk asks of a session folder is small: the listings of the session folder,
+``leaves/`` and ``nodes/`` with their attributes (the sizes of conversation.md, tree.txt and
+session.json among them) and the links' targets; the text itself comes from the kernel's
+page cache. This module keeps those answers per session file, tied to the identity of the
+file they were made from (device, inode, size, mtime, owner and mode). While the file is
+that file, they are what parsing it again would give; once it is not, they are dropped.
+
+It is a plain store: the view decides what is worth keeping and when an answer may be used.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .sessions import Identity
+
+if TYPE_CHECKING:
+    from .view import Attr
+
+#: Sessions whose answers are kept (least recently used dropped first); a few KiB each.
+KEPT_SESSIONS = 50_000
+#: Names of a folder listing kept at most (a branchy session's ``leaves/``: parsed again).
+KEPT_NAMES = 1024
+
+
+@dataclass(slots=True)
+class Answers:
+    """What the nodes of one session answered, for the file as ``ident`` says it was."""
+
+    ident: Identity
+    attrs: dict[int, Attr] = field(default_factory=dict)  # inode -> stat
+    listings: dict[int, dict[str, Attr]] = field(default_factory=dict)  # folder -> names
+    links: dict[int, bytes] = field(default_factory=dict)  # link inode -> target
+
+
+class Kept:
+    """:class:`Answers` by session file path."""
+
+    def __init__(self, limit: int = KEPT_SESSIONS) -> None:
+        self.limit = limit
+        self._by_path: OrderedDict[str, Answers] = OrderedDict()
+
+    def get(self, path: str, ident: Identity) -> Answers | None:
+        """The answers for ``path`` if they were made from the file ``ident`` describes."""
+        a = self._by_path.get(path)
+        if a is None:
+            return None
+        if a.ident != ident:
+            del self._by_path[path]  # the file changed: none of it holds any more
+            return None
+        self._by_path.move_to_end(path)
+        return a
+
+    def of(self, path: str, ident: Identity) -> Answers:
+        """The answers being gathered for ``path`` as the file ``ident`` (new ones when the
+        file changed since the last were gathered)."""
+        a = self._by_path.get(path)
+        if a is None or a.ident != ident:
+            a = self._by_path[path] = Answers(ident)
+            while len(self._by_path) > self.limit:
+                self._by_path.popitem(last=False)
+        return a
+
+    def drop(self, path: str) -> None:
+        self._by_path.pop(path, None)
+
+    def __len__(self) -> int:
+        return len(self._by_path)
