@@ -198,6 +198,11 @@ def test_walks_over_more_sessions_than_the_cache_holds_parse_them_once(
         real = Path(os.getxattr(folder, "user.pi.file").decode())
         (new,) = pi("--append", str(real), "74cc97d5", "appended while dropped")
         for name in ("tree.txt", "session.json", "conversation.md", "current.md"):
-            wait_for(lambda n=name: new in (folder / n).read_text(), 5, f"{new} in {name}")
-            assert os.stat(folder / name).st_size == len((folder / name).read_bytes()), name
+            shows = folder / name
+
+            def has_it(f: Path = shows) -> bool:
+                return new in f.read_text()
+
+            wait_for(has_it, 5, f"{new} in {name}")
+            assert os.stat(shows).st_size == len(shows.read_bytes()), name
     assert m.proc.returncode == 0 and "Traceback" not in m.log_text()
