@@ -189,7 +189,9 @@ class Operations(pyfuse3.Operations):
         await self._ready(parent_inode)
         child = self.view.resolve(parent_inode, os.fsdecode(name))
         await self._ready(child, attr_only=True)  # tree.txt's size: rendered off the loop
-        return self._entry(self.view.getattr(child))
+        a = self.view.getattr(child)
+        self.view.looked_up(parent_inode, os.fsdecode(name), a)
+        return self._entry(a)
 
     @handler
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:

@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 
 #: Sessions whose answers are kept (least recently used dropped first); a few KiB each.
 KEPT_SESSIONS = 50_000
-#: Names of a folder listing kept at most (a branchy session's ``leaves/``: parsed again).
-KEPT_NAMES = 1024
+#: Answers kept per session at most (a name of a listing counts as one): a branchy session
+#: whose ``leaves/`` lists more is parsed again when walked.
+KEPT_ANSWERS = 4096
 
 
 @dataclass(slots=True)
@@ -38,6 +39,22 @@ class Answers:
     attrs: dict[int, Attr] = field(default_factory=dict)  # inode -> stat
     listings: dict[int, dict[str, Attr]] = field(default_factory=dict)  # folder -> names
     links: dict[int, bytes] = field(default_factory=dict)  # link inode -> target
+    # Names looked up that no listing shows (rg stats where each link leads: nodes/<id>,
+    # nodes/<id>.md, .session.jsonl): (folder inode, name) -> stat
+    found: dict[tuple[int, str], Attr] = field(default_factory=dict)
+    count: int = 0
+
+    def room(self, n: int = 1) -> bool:
+        """Whether ``n`` more answers may be kept (and count them if so)."""
+        if self.count + n > KEPT_ANSWERS:
+            return False
+        self.count += n
+        return True
+
+    def child(self, folder: int, name: str) -> Attr | None:
+        names = self.listings.get(folder)
+        hit = names.get(name) if names is not None else None
+        return hit if hit is not None else self.found.get((folder, name))
 
 
 class Kept:

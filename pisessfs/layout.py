@@ -94,8 +94,8 @@ class NodeKind:
 
     def holds(self, v: View, s: Loaded, key: Key) -> bool:
         """Whether what it answers now is what the file as ``s`` read it gives (a kind that
-        may answer from an older rendering says when it does not)."""
-        return self.kept
+        may answer from an older rendering, or from more than the file, says when not)."""
+        return True
 
     def step(self, v: View, r: Request) -> Work | None:
         """Work still to do before this node answers (after its session is up to date)."""
@@ -505,6 +505,9 @@ class Parent(_Link):
     name = "parent"
     kept = False  # the parent may come into the mount, or leave it
 
+    def holds(self, v: View, s: Loaded, key: Key) -> bool:
+        return False
+
     def path(self, v: View, s: Loaded, key: Key) -> str:
         target = parent_of(v, s)
         if target is None:
@@ -557,6 +560,9 @@ class Scratch(NodeKind):
 
     name = "scratch"
     sessionless = True
+
+    def holds(self, v: View, s: Loaded, key: Key) -> bool:
+        return False  # in memory only, and short-lived
 
     def attr(self, v: View, ino: int, key: Key) -> Attr:
         return v.scratch_attr(ino)

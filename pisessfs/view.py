@@ -48,7 +48,7 @@ from .errors import (
     NotPermitted,
     ViewError,
 )
-from .kept import KEPT_NAMES, Answers, Kept
+from .kept import Answers, Kept
 from .layout import KINDS, WHOLE_KINDS, Request
 from .model import Entry
 from .names import id_name, name_id, utf8
@@ -458,10 +458,9 @@ class View:
         ov = self.overlays.get(key)
         if ov is None:
             out = [(name, self.getattr(self.ino(k))) for name, k in listing]
-            if len(out) <= KEPT_NAMES:
-                held = self._holding(key, [k for _, k in listing])
-                if held is not None:
-                    held.listings[ino] = dict(out)
+            held = self._holding(key, [k for _, k in listing])
+            if held is not None and ino not in held.listings and held.room(len(out)):
+                held.listings[ino] = dict(out)
             return out
         hidden = ov.whiteouts | ov.names.keys()
         out = [(n, self.getattr(self.ino(k))) for n, k in listing if n not in hidden]
@@ -488,7 +487,7 @@ class View:
         key = self.key(ino)
         a = KINDS[key.kind].attr(self, ino, key)
         held = self._holding(key) if KINDS[key.kind].kept else None
-        if held is not None:
+        if held is not None and (ino in held.attrs or held.room()):
             held.attrs[ino] = a
         return a
 
@@ -721,9 +720,18 @@ class View:
         key = self.key(ino)
         target = KINDS[key.kind].target(self, key)
         held = self._holding(key) if KINDS[key.kind].kept else None
-        if held is not None:
+        if held is not None and (ino in held.links or held.room()):
             held.links[ino] = target
         return target
+
+    def looked_up(self, parent: int, name: str, a: Attr) -> None:
+        """Keep what a lookup in a session's folder answered (a name no listing shows)."""
+        pkey = self.key(parent)
+        if not KINDS[pkey.kind].kept:
+            return
+        held = self._holding(pkey, [self.key(a.ino)])
+        if held is not None and held.child(parent, name) is None and held.room():
+            held.found[(parent, name)] = a
 
     # -- answers kept past eviction (``kept``) -----------------------------------------------
 
@@ -760,8 +768,7 @@ class View:
 
     def kept_child(self, parent: int, name: str) -> Attr | None:
         held = self.kept(parent)
-        names = held.listings.get(parent) if held is not None else None
-        return names.get(name) if names is not None else None
+        return held.child(parent, name) if held is not None else None
 
     def kept_listing(self, ino: int) -> list[tuple[str, Attr]] | None:
         held = self.kept(ino)
