@@ -87,6 +87,3 @@ class Kept:
 
     def drop(self, path: str) -> None:
         self._by_path.pop(path, None)
-
-    def __len__(self) -> int:
-        return len(self._by_path)

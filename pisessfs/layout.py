@@ -406,6 +406,7 @@ class Raw(NodeKind):
     """The real file's bytes, as Pi wrote them (``.session.jsonl``, reached by the link)."""
 
     name = "jsonl"
+    kept = True  # (rg stats it through session.jsonl)
 
     def attr(self, v: View, ino: int, key: Key) -> Attr:
         s = v.session(key)

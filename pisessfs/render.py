@@ -758,11 +758,12 @@ def one_line(text: str, limit: int = 80) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def preview(d: dict[str, Any], tool_call: dict[str, Any] | None = None) -> str:
-    """A one-line description of any entry, like a row of Pi's ``/tree``."""
+def preview(d: dict[str, Any], call: str | None = None) -> str:
+    """A one-line description of any entry, like a row of Pi's ``/tree``. ``call``: for a
+    tool result, the :func:`call_preview` of the call it answers."""
     etype = _s(d.get("type")) or "?"
     if etype == "message":
-        return _message_preview(message_of(d), tool_call)
+        return _message_preview(message_of(d), call)
     if etype == "compaction":
         tokens = _num(d.get("tokensBefore"))
         k = f"{round(float(tokens) / 1000)}k" if tokens else "?"
@@ -790,7 +791,7 @@ def preview(d: dict[str, Any], tool_call: dict[str, Any] | None = None) -> str:
     return f"[{etype}]"
 
 
-def _message_preview(msg: dict[str, Any], tool_call: dict[str, Any] | None) -> str:
+def _message_preview(msg: dict[str, Any], tool_call: str | None) -> str:
     role = _s(msg.get("role")) or "?"
     if role in ("user", "assistant"):
         text = content_text(msg.get("content"))
@@ -799,7 +800,7 @@ def _message_preview(msg: dict[str, Any], tool_call: dict[str, Any] | None) -> s
             return "assistant: " + " ".join(call_preview(c) for c in calls)
         return f"{role}: " + one_line(text)
     if role == "toolResult":
-        call = call_preview(tool_call) if tool_call is not None else f"[{_s(msg.get('toolName'))}]"
+        call = tool_call if tool_call is not None else f"[{_s(msg.get('toolName'))}]"
         return f"{call} → {_returned(msg)}"
     if role == "bashExecution":
         return f"[$ {one_line(_s(msg.get('command')), 60)}]"

@@ -48,6 +48,9 @@ __all__ = ["YIELD", "Identity", "Loaded", "SessionFile", "Store", "Unreadable", 
 VOLATILE = ("listed",)  # whole-session memos dropped on every change (renders carry versions)
 READ_AHEAD = 1 << 20  # bytes read at once for lines read in file order
 _AHEAD = threading.local()  # the last block read ahead by this thread: file, start, bytes
+#: Bytes per item of the per-entry memos (an estimate: a dict slot, a key, a short value);
+#: "files" holds listings, counted per name.
+MEMO_COSTS = {"previews": 250, "branch_sizes": 120, "files": 200, "folder": 150}
 RENDERED = ("conv", "tree", "json")  # memos of whole-session renderings: (version, bytes, …)
 _RACY_NS = 100_000_000
 _WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
@@ -248,13 +251,20 @@ class Loaded:
 
     def nbytes(self) -> int:
         """What this state holds, as counted against the cache's cap: the file's size (the
-        index costs about half of it) and the whole-session files rendered from it."""
-        rendered = 0
+        index costs about half of it), the whole-session files rendered from it, and what
+        the view remembers per entry (tree.txt's previews, branch views' sizes, entry
+        folders' listings), at what a dict slot and a short string cost."""
+        held = self.size
         for k in RENDERED:
             hit = self.memo.get(k)
             if hit is not None:
-                rendered += len(hit[1])
-        return self.size + rendered
+                held += len(hit[1])
+        for k, per in MEMO_COSTS.items():
+            hit = self.memo.get(k)
+            if hit is not None:
+                # (list(): a render thread may change the dict meanwhile)
+                held += per * (sum(map(len, list(hit.values()))) if k == "files" else len(hit))
+        return held
 
     def absorb(self, fd: int, ident: Identity, limit: int | None = None) -> bool:
         """Parse the bytes of ``fd`` after those parsed so far, up to ``ident.size``, at most

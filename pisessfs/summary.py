@@ -30,7 +30,12 @@ class Previews:
         self.lock = threading.Lock()
         self.done = 0  # entries of the file looked at, in file order
         self.texts: dict[int, tuple[int, str]] = {}  # line start -> (end, preview)
-        self.calls: dict[str, dict[str, Any]] = {}  # tool call id -> the call
+        # tool call id -> how a result shows its call (the preview, not the call: a
+        # session's calls hold every edit and write it made)
+        self.calls: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self.texts)  # (what the parse cache counts it as, see Loaded.nbytes)
 
     def of(self, s: Loaded) -> dict[str, str]:
         """One preview per winning entry, tool results shown as their call."""
@@ -55,7 +60,8 @@ class Previews:
             return d
         msg = render.message_of(d)
         if msg.get("role") == "assistant":
-            self.calls.update(render.tool_calls(d))
+            for cid, c in render.tool_calls(d).items():
+                self.calls[cid] = render.call_preview(c)
         call_id = msg.get("toolCallId") if msg.get("role") == "toolResult" else None
         call = self.calls.get(call_id) if isinstance(call_id, str) else None
         self.texts[e.start] = (e.end, render.preview(d, call))
