@@ -183,14 +183,15 @@ class Operations(pyfuse3.Operations):
     async def lookup(
         self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.EntryAttributes:
-        kept = self.view.kept_child(parent_inode, os.fsdecode(name))
+        n = os.fsdecode(name)
+        kept = self.view.kept_child(parent_inode, n)
         if kept is not None:  # (a session the parse cache dropped, its file unchanged)
             return self._entry(kept)
         await self._ready(parent_inode)
-        child = self.view.resolve(parent_inode, os.fsdecode(name))
+        child = self.view.resolve(parent_inode, n)
         await self._ready(child, attr_only=True)  # tree.txt's size: rendered off the loop
         a = self.view.getattr(child)
-        self.view.looked_up(parent_inode, os.fsdecode(name), a)
+        self.view.looked_up(parent_inode, n, a)
         return self._entry(a)
 
     @handler

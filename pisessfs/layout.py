@@ -190,8 +190,7 @@ class Session(NodeKind):
 
     def holds(self, v: View, s: Loaded, key: Key) -> bool:
         # A fork's parent may come into the mount later: its listing is not kept.
-        header = s.parser.header
-        return header is None or not isinstance(header.fields.get("parentSession"), str)
+        return named_parent(s) is None
 
     def child(self, v: View, key: Key, name: str) -> Key:
         kind = SESSION_NAMES.get(name) or ("jsonl" if name == RAW else None)
@@ -522,9 +521,8 @@ def parent_of(v: View, s: Loaded) -> str | None:
     Pi writes the parent's absolute path. A sessions folder that was moved or copied (the
     demo's) keeps its layout, so the parent is also looked for by its project folder and file
     name below this root; nothing outside the root is ever looked at."""
-    header = s.parser.header
-    parent = header.fields.get("parentSession") if header is not None else None
-    if not isinstance(parent, str) or not parent.endswith(".jsonl") or "\0" in parent:
+    parent = named_parent(s)
+    if parent is None:
         return None
     hit = s.memo.get("parent")
     if hit is not None and time.monotonic() - hit[0] < PARENT_TTL:
@@ -533,6 +531,15 @@ def parent_of(v: View, s: Loaded) -> str | None:
     found = _find_parent(v, s, parent)
     s.memo["parent"] = (time.monotonic(), found)
     return found
+
+
+def named_parent(s: Loaded) -> str | None:
+    """The parent session file the header names, when it names one."""
+    header = s.parser.header
+    parent = header.fields.get("parentSession") if header is not None else None
+    if not isinstance(parent, str) or not parent.endswith(".jsonl") or "\0" in parent:
+        return None
+    return parent
 
 
 PARENT_TTL = 10.0  # seconds a parent link (or its absence) is trusted: the parent may come

@@ -48,9 +48,9 @@ __all__ = ["YIELD", "Identity", "Loaded", "SessionFile", "Store", "Unreadable", 
 VOLATILE = ("listed",)  # whole-session memos dropped on every change (renders carry versions)
 READ_AHEAD = 1 << 20  # bytes read at once for lines read in file order
 _AHEAD = threading.local()  # the last block read ahead by this thread: file, start, bytes
-#: Bytes per item of the per-entry memos (an estimate: a dict slot, a key, a short value);
-#: "files" holds listings, counted per name.
-MEMO_COSTS = {"previews": 250, "branch_sizes": 120, "files": 200, "folder": 150}
+#: Bytes per item of the per-entry memos (an estimate: a dict slot, a key, a short value).
+MEMO_COSTS = {"previews": 250, "branch_sizes": 120, "folder": 150}
+LISTED_NAME_COST = 200  # bytes per name of an entry folder's listing kept in the "files" memo
 RENDERED = ("conv", "tree", "json")  # memos of whole-session renderings: (version, bytes, …)
 _RACY_NS = 100_000_000
 _WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
@@ -260,10 +260,10 @@ class Loaded:
             if hit is not None:
                 held += len(hit[1])
         for k, per in MEMO_COSTS.items():
-            hit = self.memo.get(k)
-            if hit is not None:
-                # (list(): a render thread may change the dict meanwhile)
-                held += per * (sum(map(len, list(hit.values()))) if k == "files" else len(hit))
+            held += per * len(self.memo.get(k) or ())
+        listings = self.memo.get("files")
+        if listings:  # (list(): a render thread may change the dict meanwhile)
+            held += LISTED_NAME_COST * sum(map(len, list(listings.values())))
         return held
 
     def absorb(self, fd: int, ident: Identity, limit: int | None = None) -> bool:

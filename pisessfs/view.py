@@ -944,7 +944,6 @@ class Snapshot:
 
     def __init__(self, data: bytes) -> None:
         self.data = data
-        self.filled = True  # (see Later)
 
     def read(self, off: int, size: int) -> bytes:
         return self.data[off : off + size]
