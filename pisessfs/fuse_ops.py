@@ -179,6 +179,11 @@ class Operations(pyfuse3.Operations):
             e.entry_timeout = e.attr_timeout = 0
         return e
 
+    def _taken(self, a: v.Attr) -> pyfuse3.EntryAttributes:
+        """An entry the kernel takes a reference to (until its ``forget``)."""
+        self.view.hold(a)
+        return self._entry(a)
+
     @handler
     async def lookup(
         self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
@@ -186,13 +191,14 @@ class Operations(pyfuse3.Operations):
         n = os.fsdecode(name)
         kept = self.view.kept_child(parent_inode, n)
         if kept is not None:  # (a session the parse cache dropped, its file unchanged)
-            return self._entry(kept)
+            return self._taken(kept)
         await self._ready(parent_inode)
         child = self.view.resolve(parent_inode, n)
-        await self._ready(child, attr_only=True)  # tree.txt's size: rendered off the loop
-        a = self.view.getattr(child)
+        with self.view.pinned(child):
+            await self._ready(child, attr_only=True)  # tree.txt's size: rendered off the loop
+            a = self.view.getattr(child)
         self.view.looked_up(parent_inode, n, a)
-        return self._entry(a)
+        return self._taken(a)
 
     @handler
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
@@ -228,6 +234,7 @@ class Operations(pyfuse3.Operations):
             name, attr = listing[i]
             if not pyfuse3.readdir_reply(token, os.fsencode(name), self._entry(attr), i + 1):
                 break
+            self.view.hold(attr)  # each entry taken is a lookup (readdirplus)
 
     @handler
     async def releasedir(self, fh: int) -> None:
@@ -283,7 +290,7 @@ class Operations(pyfuse3.Operations):
         fh = next(self._fh)
         attr = self.editor.create(fh, parent_inode, os.fsdecode(name), mode, ctx.uid, ctx.gid)
         self.drain()
-        return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False), self._entry(attr)
+        return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False), self._taken(attr)
 
     @handler
     async def symlink(
@@ -292,7 +299,7 @@ class Operations(pyfuse3.Operations):
         await self._ready(parent_inode)
         attr = self.editor.symlink(parent_inode, os.fsdecode(name), target, ctx.uid, ctx.gid)
         self.drain()
-        return self._entry(attr)
+        return self._taken(attr)
 
     @handler
     async def mkdir(
@@ -557,10 +564,12 @@ class Operations(pyfuse3.Operations):
         return s
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
-        # Inode numbers of the view are kept for the life of the mount (stable keys); scratch
-        # nodes are freed here, once the kernel holds no name for them. Must not raise.
+        # The kernel no longer holds these: their numbers leave the view's table, and scratch
+        # nodes nobody names any more are freed. Must not raise.
         try:
-            for ino, _ in inode_list:
+            for ino, count in inode_list:
+                self.view.forget(ino, count)
                 self.editor.forget(ino)
+            log.debug("forget %d inodes: %d named", len(inode_list), self.view.named())
         except Exception:
             log.exception("forget failed (ignored)")

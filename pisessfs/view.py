@@ -15,9 +15,13 @@ What a node shows is bounded by its real file: owner, group and permission bits 
 file bound everything under its folder, a project folder's bound its listing (DESIGN.md,
 "Security").
 
-Inode numbers are stable for the life of the mount: a node's key (kind, file, epoch, entry
-id, ...) maps to one number forever. Keys of entry-derived nodes carry the session's epoch,
-so a rewritten file never serves old bytes under an old inode.
+Inode numbers are stable for the life of the mount: a node's number is derived from its key
+(kind, file, epoch, entry id, ...), so a name looked up again after the kernel forgot it gets
+the number it had (``tail -F`` and ``find`` compare them). Only the numbers the kernel holds
+are in the table, with its lookup counts, plus those named in the last moments: the
+kernel's ``forget`` frees the rest (a year of sessions walked once would otherwise leave a
+key per node ever seen). Keys of entry-derived nodes carry the session's epoch, so a
+rewritten file never serves old bytes under an old inode.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import re
 import stat
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -87,6 +91,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ROOT_INO = 1
+INO_MASK = (1 << 63) - 1
+#: Numbers named but not (yet) handed to the kernel are dropped once this many more were
+#: named after them, twice over (a listing's names are in its handle's attributes, with
+#: their keys, until the kernel takes them: see ``hold``).
+UNHELD_KEPT = 1 << 17
 #: An invalidation's "name" that asks the kernel to drop an inode's cached bytes as well as
 #: its attributes (no name has a NUL in it).
 PAGES = "\0pages"
@@ -104,6 +113,9 @@ class Key(NamedTuple):
     k: int = 0  # 0: the message file, n: its n-th image; a scratch node's serial
 
 
+NO_KEY = Key("none")
+
+
 @dataclass(frozen=True, slots=True)
 class Attr:
     """What ``stat`` shows; ``immutable`` nodes may be cached by the kernel for long."""
@@ -117,6 +129,7 @@ class Attr:
     scratch: bool = False  # a scratch name: the kernel asks again at every use
     uid: int = 0
     gid: int = 0
+    key: Key = NO_KEY  # what the number names (``hold`` names it again after a sweep)
 
 
 Rendered = tuple[bytes, list[tuple[str, bytes]]]  # a message file's text and its images
@@ -129,7 +142,10 @@ class View:
         self.store = store
         self.defer = False  # raise Busy for blocking work (the mount) instead of doing it
         self._ino: dict[Key, int] = {Key("root"): ROOT_INO}
-        self._keys: list[Key] = [Key("none"), Key("root")]
+        self._keys: dict[int, Key] = {ROOT_INO: Key("root")}
+        self._held: dict[int, int] = {ROOT_INO: 1}  # inode -> the kernel's lookup count
+        self._young: list[int] = []  # named since the last sweep, held or not
+        self._old: list[int] = []  # named before it: the next sweep drops the unheld
         self._cache: OrderedDict[Key, Rendered] = OrderedDict()
         self._cache_bytes = 0
         self._cache_cap = render_cache_bytes
@@ -146,14 +162,75 @@ class View:
     def ino(self, key: Key) -> int:
         n = self._ino.get(key)
         if n is None:
-            n = self._ino[key] = len(self._keys)
-            self._keys.append(key)
+            if len(self._young) >= UNHELD_KEPT:
+                self._sweep()  # before naming: never the number about to be returned
+            n = self._number(key)
+            self._ino[key], self._keys[n] = n, key
+            self._young.append(n)
+        return n
+
+    def _number(self, key: Key) -> int:
+        """``key``'s number: its hash, unless another named key has that (then the next of a
+        fixed sequence: still the same number for the same key while that one is named)."""
+        n = hash(key) & INO_MASK
+        while n <= ROOT_INO or n in self._keys:
+            n = (n * 6364136223846793005 + 1442695040888963407) & INO_MASK
         return n
 
     def key(self, ino: int) -> Key:
-        if 0 < ino < len(self._keys):
-            return self._keys[ino]
-        raise NotFound(ino)
+        key = self._keys.get(ino)
+        if key is None:
+            raise NotFound(ino)
+        return key
+
+    def hold(self, a: Attr) -> None:
+        """The kernel took a reply naming ``a`` (a lookup, an entry of a listing, a create):
+        it holds the number until it forgets it. A number swept meanwhile is named again."""
+        n = a.ino
+        if n not in self._keys:
+            self._keys[n] = a.key
+            self._ino.setdefault(a.key, n)
+        self._held[n] = self._held.get(n, 0) + 1
+
+    def forget(self, ino: int, count: int) -> None:
+        """The kernel dropped ``count`` of its references to ``ino``: a number it no longer
+        holds leaves the table (a scratch node's stays while the node lives)."""
+        left = self._held.get(ino, 0) - count
+        if left > 0:
+            self._held[ino] = left
+            return
+        self._held.pop(ino, None)
+        if ino != ROOT_INO and ino not in self.nodes:
+            self._unname(ino)
+
+    @contextlib.contextmanager
+    def pinned(self, ino: int) -> Iterator[None]:
+        """Keep ``ino`` named while a request waits on work for it (a sweep could drop it)."""
+        self._held[ino] = self._held.get(ino, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._held.get(ino, 0) - 1
+            if left > 0:
+                self._held[ino] = left
+            else:
+                self._held.pop(ino, None)
+                self._young.append(ino)  # unheld again: a later sweep may drop it
+
+    def named(self) -> int:
+        """How many numbers the table has (the ``--debug`` line of a forget says)."""
+        return len(self._keys)
+
+    def _sweep(self) -> None:
+        for n in self._old:
+            if n not in self._held and n not in self.nodes:
+                self._unname(n)
+        self._old, self._young = self._young, []
+
+    def _unname(self, ino: int) -> None:
+        key = self._keys.pop(ino, None)
+        if key is not None and self._ino.get(key) == ino:
+            del self._ino[key]
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -493,7 +570,8 @@ class View:
 
     def plain_attr(self, ino: int, mode: int, real: Identity, size: int, fixed: bool) -> Attr:
         """Attributes with the real file's owner and ``mode`` as it is (a link's)."""
-        return Attr(ino, mode, size, real.mtime_ns, 1, fixed, False, real.uid, real.gid)
+        key = self.key(ino)
+        return Attr(ino, mode, size, real.mtime_ns, 1, fixed, False, real.uid, real.gid, key)
 
     def file_stat(self, path: str) -> Identity:
         try:
@@ -525,7 +603,9 @@ class View:
             perm = _as_folder(perm)
         bits = stat.S_IMODE(mode) & perm & self.store.files.reach
         kind = stat.S_IFMT(mode)
-        return Attr(ino, kind | bits, size, mtime_ns, nlink, immutable, False, real.uid, real.gid)
+        key = self.key(ino)
+        uid, gid = real.uid, real.gid
+        return Attr(ino, kind | bits, size, mtime_ns, nlink, immutable, False, uid, gid, key)
 
     # -- contents ---------------------------------------------------------------------------
 
@@ -820,7 +900,8 @@ class View:
     def scratch_attr(self, ino: int) -> Attr:
         node = self._node(ino)
         size = len(node.target if node.is_link else node.data)
-        return Attr(ino, node.mode, size, node.mtime_ns, 1, False, True, node.uid, node.gid)
+        key = self.key(ino)
+        return Attr(ino, node.mode, size, node.mtime_ns, 1, False, True, node.uid, node.gid, key)
 
     def new_node(self, mode: int) -> Node:
         self._serial += 1
@@ -850,6 +931,8 @@ class View:
         keep a name for it for a moment after a rename over it, until its forget arrives."""
         if not node.links and node.ino not in open_nodes and node.forgotten:
             self.nodes.pop(node.ino, None)
+            if node.ino not in self._held:
+                self._unname(node.ino)
 
     def unlink_everywhere(self, node: Node) -> None:
         for folder, name in list(node.links):

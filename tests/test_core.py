@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from pisessfs import render
+from pisessfs import view as view_module
 from pisessfs.jsonl import Parser
 from pisessfs.sessions import Store, Unreadable
 from pisessfs.tree import Index
@@ -325,3 +326,40 @@ def test_index_agrees_with_a_plain_walk_on_random_trees(seed: int) -> None:
             continue  # Pi would loop; ours is broken somewhere on the cycle
         assert ix.path(eid) == want
         assert ix.numbered_path(eid) == [i for i in want if kinds[i] == "message"]
+
+
+def test_numbers_the_kernel_does_not_hold_are_swept_and_come_back_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inode table keeps what the kernel holds (``hold`` .. ``forget``) and the names
+    made in the last moments; a number made again, or handed to the kernel after a sweep,
+    is the number it had."""
+    monkeypatch.setattr(view_module, "UNHELD_KEPT", 4)
+    (tmp_path / "--home-x--").mkdir()
+    ids = [f"{i:08x}" for i in range(1, 41)]
+    data = line(HEADER)
+    for i, eid in enumerate(ids):
+        data += line(user(eid, ids[i - 1] if i else None, f"turn {i}", i % 60))
+    (tmp_path / "--home-x--" / "s1.jsonl").write_bytes(data)
+    v = View(Store(str(tmp_path)))
+    held = [v.lookup(1, "home-x")]
+    held.append(v.lookup(held[0].ino, v.children(held[0].ino)[1][0]))
+    held.append(v.lookup(held[1].ino, "nodes"))
+    for a in held:
+        v.hold(a)
+    nodes = held[-1].ino
+    seen = {eid: v.lookup(nodes, eid) for eid in ids}
+    assert v.named() <= 1 + len(held) + 2 * 4 + 1  # not one per name ever made
+    again = {eid: v.lookup(nodes, eid) for eid in ids}
+    assert [a.ino for a in again.values()] == [a.ino for a in seen.values()]
+    for a in held:
+        assert v.getattr(a.ino) == a  # what the kernel holds was never swept
+    first = seen[ids[0]]
+    v.hold(first)  # given to the kernel after its number was swept: named again
+    assert v.key(first.ino) == first.key and v.getattr(first.ino) == first
+    for eid in ids[1:]:
+        v.lookup(nodes, eid)
+    assert v.getattr(first.ino) == first
+    v.forget(first.ino, 1)
+    with pytest.raises(NotFound):
+        v.key(first.ino)

@@ -218,3 +218,45 @@ def test_walks_over_more_sessions_than_the_cache_holds_parse_them_once(
             wait_for(has_it, 5, f"{new} in {name}")
             assert os.stat(shows).st_size == len(shows.read_bytes()), name
     assert m.proc.returncode == 0 and "Traceback" not in m.log_text()
+
+
+# -- the kernel's forget -----------------------------------------------------------------
+
+
+def inodes(top: Path) -> dict[Path, int]:
+    """The inode number of every name a walk meets."""
+    out: dict[Path, int] = {}
+    for dirpath, dirs, files in os.walk(top):
+        for name in dirs + files:
+            p = Path(dirpath) / name
+            out[p.relative_to(top)] = p.lstat().st_ino
+    return out
+
+
+def named_after_forgets(log: str) -> list[int]:
+    """How many inode numbers the daemon's table had after each forget, as its debug log says."""
+    marker = " inodes: "
+    return [int(ln.rsplit(marker, 1)[1].split()[0]) for ln in log.splitlines() if marker in ln]
+
+
+def test_what_the_kernel_forgets_leaves_the_table_and_numbers_stay(sessions: Path) -> None:
+    """The inode table kept a key for every node ever looked up (a year of sessions walked
+    once: millions). The kernel's forget now frees each number it no longer holds; a name
+    looked up again gets the number it had (``tail -F`` and ``find`` compare them), and
+    reads the same bytes."""
+    with mounted(sessions, "--debug") as m:
+        first = inodes(m.path)
+        names = listed(m.path)  # where every link leads is looked up too
+        files = walked(m.path)
+        assert len(first) > 200, len(first)
+        forget_names()
+
+        def freed() -> bool:
+            counts = named_after_forgets(m.log_text())
+            return bool(counts) and counts[-1] < len(first) // 10
+
+        wait_for(freed, 10, "the kernel's forgets to empty the table")
+        assert inodes(m.path) == first
+        assert listed(m.path) == names
+        assert walked(m.path) == files
+    assert m.proc.returncode == 0 and "Traceback" not in m.log_text()
