@@ -265,7 +265,7 @@ class Operations(pyfuse3.Operations):
         # A message being written: the kernel's size for it follows the writer's bytes, so
         # this reader reads ours (the saved version) past the kernel's size and page cache.
         # conversation.md only grows at its end: a repeated grep -r reads it from the cache.
-        cached = self.view.cacheable(inode, len(snap.data)) and not self.editor.writing(inode)
+        cached = self.view.cacheable(inode, snap.size) and not self.editor.writing(inode)
         return pyfuse3.FileInfo(fh=fh, keep_cache=cached, direct_io=not cached)
 
     @handler
@@ -273,10 +273,10 @@ class Operations(pyfuse3.Operations):
         if self.editor.owns(fh):
             return self.editor.read(fh, off, size)
         snap = self._files[fh]
-        if isinstance(snap, v.Later) and not snap.filled:
+        if isinstance(snap, v.Later) and snap.inner is None:
             await self._ready(snap.ino)
             self.view.fill(snap)
-        return snap.read(off, size)
+        return await self._core(self.view.read, snap, off, size)
 
     @handler
     async def write(self, fh: int, off: int, buf: bytes) -> int:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from .errors import IsADir, NotADir, NotALink, NotFound
+from .handles import Snapshot
 from .names import VIEW_SUFFIX, id_name, utf8
 from .render import message_of
 from .sessions import Loaded, SessionFile, Work
@@ -79,11 +80,19 @@ class NodeKind:
             return v.plain_attr(ino, stat.S_IFLNK | 0o777, ident, size, self.immutable)
         if self.fmt == stat.S_IFDIR:
             return v.bounded(ino, stat.S_IFDIR | 0o777, ident, 0, ident.mtime_ns, 2)
-        size = len(self.content(v, key))
+        size = self.size(v, key)
         return v.bounded(ino, stat.S_IFREG | 0o444, ident, size, ident.mtime_ns, 1)
 
     def content(self, v: View, key: Key) -> bytes:
         raise IsADir(key) if self.fmt == stat.S_IFDIR else NotFound(key)
+
+    def size(self, v: View, key: Key) -> int:
+        """A file's size (without its bytes, where it can)."""
+        return len(self.content(v, key))
+
+    def opened(self, v: View, key: Key) -> Snapshot:
+        """What a handle opened on it reads until it is closed."""
+        return Snapshot(self.content(v, key))
 
     def target(self, v: View, key: Key) -> bytes:
         raise NotALink(key)
@@ -394,8 +403,19 @@ class Json(Whole):
 
 
 class ConversationFile(Whole):
+    """conversation.md: read by range, never made whole (a 100 MB session's is 80 MB)."""
+
     name = "conv"
     append_only = True
+
+    def size(self, v: View, key: Key) -> int:
+        return v.conv_size(v.session(key))
+
+    def content(self, v: View, key: Key) -> bytes:
+        return v.conv_text(v.session(key))
+
+    def opened(self, v: View, key: Key) -> Snapshot:
+        return v.conv_snapshot(v.session(key))
 
 
 WHOLE_KINDS = ("conv", "tree", "json")
@@ -415,6 +435,10 @@ class Raw(NodeKind):
 
     def content(self, v: View, key: Key) -> bytes:
         return v.session(key).read_all()
+
+    def opened(self, v: View, key: Key) -> Snapshot:
+        # A descriptor of its own: tail -f reads what is appended while it is open
+        return v.file_snapshot(key)
 
 
 # -- links ------------------------------------------------------------------------------------

@@ -7,14 +7,18 @@ note. It is pure: the view hands it each entry's message bytes, image names and 
 
 :class:`Conversation` builds ``conversation.md`` in file order and only ever adds to its end,
 so a session that grows is rendered for its new lines only, and what a reader already read
-(the kernel's page cache) stays valid.
+(the kernel's page cache) stays valid. It holds the text of a big session in part only: a
+read of a part not held makes that group of entries again.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from .model import Entry, Problem, utc_clock
 from .names import id_name
@@ -74,49 +78,181 @@ def continues_from(e: Entry, above: Entry | None, number: Callable[[str], int]) 
     return f"continues from {n:04d} {e.parent_id}" if n else f"continues from {e.parent_id}"
 
 
+#: conversation.md is made in groups of entries of about this many bytes: a read the page
+#: cache cannot answer makes its group again, not the whole file.
+GROUP_BYTES = 64 << 10
+#: Of each conversation, this many bytes of made groups are held (all of a small one); the
+#: rest is made again when read.
+HELD_BYTES = 2 << 20
+
+
+@dataclass(slots=True)
+class Group:
+    """Consecutive entries (and problem notes) of conversation.md, from byte ``offset``."""
+
+    offset: int
+    before: Entry | None  # the entry above its first one (what a heading continues from)
+    items: list[range | bytes] = field(default_factory=list)  # runs of entries, notes
+    size: int = 0
+    crc: int = 0
+
+
+class Missing(Exception):
+    """A read needs group ``index`` of a conversation, which is no longer held."""
+
+    def __init__(self, conv: Conversation, index: int) -> None:
+        super().__init__(index)
+        self.conv, self.index = conv, index
+
+
 class Conversation:
     """``conversation.md`` of one session, built incrementally in file order.
 
     ``add`` takes the next complete entries (never a torn tail: its bytes could still change)
     and the problems found so far; problems not shown yet are placed among the new entries
-    by line number, or after them when their line was shown already. Shared by the frozen
-    copies a render works on, hence the lock.
+    by line number, or after them when their line was shown already. The text is kept as
+    :class:`Group` records (where each starts, which entries and notes it has, its size and
+    checksum) and the bytes of the last groups made, :data:`HELD_BYTES` at most: a 100 MB
+    session's conversation is not held whole, and a group read again is made again (the
+    view checks that it comes out the same). Shared by the frozen copies a render works on,
+    hence the lock.
     """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.done = 0  # entries shown
-        self.chunks: list[bytes] = []
         self.size = 0
         self.last: Entry | None = None
         self.said: set[tuple[int, str, str]] = set()
+        self.groups: list[Group] = []
+        self._starts: list[int] = []  # each group's offset (bisected by reads)
+        self._made: OrderedDict[int, bytes] = OrderedDict()  # closed groups' bytes held
+        self._made_bytes = 0
+        self._open: list[bytes] = []  # the last group's bytes, while it fills
 
     def add(
         self,
-        pieces: Sequence[Piece],
+        entries: Sequence[Entry],
         problems: Sequence[Problem],
         number: Callable[[str], int],
+        piece: Callable[[Entry], Piece],
     ) -> None:
+        """Show ``entries[done:]`` (call under ``lock``)."""
         fresh = [p for p in problems if (p.line, p.kind, p.detail) not in self.said]
         fresh.sort(key=lambda p: p.line)
         k = 0
-        out: list[bytes] = []
-        for piece in pieces:
-            e = piece.entry
+        for i in range(self.done, len(entries)):
+            e = entries[i]
             while k < len(fresh) and fresh[k].line < e.line:
-                out.append(problem_note(fresh[k]))
+                note = problem_note(fresh[k])
+                self._put(note, note)
                 k += 1
-            out.append(block(piece, "nodes/" + id_name(e.id), continues_from(e, self.last, number)))
+            self._put(entry_block(piece(e), e, self.last, number), i)
             self.last = e
-        out.extend(problem_note(p) for p in fresh[k:])
+        for p in fresh[k:]:
+            note = problem_note(p)
+            self._put(note, note)
         self.said.update((p.line, p.kind, p.detail) for p in fresh)
-        self.done += len(pieces)
-        data = b"".join(out)
-        if data:
-            self.chunks.append(data)
-            self.size += len(data)
+        self.done = max(self.done, len(entries))
 
-    def bytes(self) -> bytes:
-        if len(self.chunks) > 1:
-            self.chunks = [b"".join(self.chunks)]
-        return self.chunks[0] if self.chunks else b""
+    def _put(self, data: bytes, item: int | bytes) -> None:
+        if not self._open:  # (a closed group, or none yet: a new one starts here)
+            self.groups.append(Group(self.size, self.last))
+            self._starts.append(self.size)
+        g = self.groups[-1]
+        runs = g.items
+        if isinstance(item, bytes):
+            runs.append(item)
+        elif runs and isinstance(runs[-1], range) and runs[-1].stop == item:
+            runs[-1] = range(runs[-1].start, item + 1)
+        else:
+            runs.append(range(item, item + 1))
+        g.size += len(data)
+        g.crc = zlib.crc32(data, g.crc)
+        self.size += len(data)
+        self._open.append(data)
+        if g.size >= GROUP_BYTES:
+            self._hold(len(self.groups) - 1, b"".join(self._open))
+            self._open = []
+
+    def _hold(self, index: int, data: bytes) -> None:
+        self._made[index] = data
+        self._made_bytes += len(data)
+        while self._made_bytes > HELD_BYTES and self._made:
+            _, old = self._made.popitem(last=False)
+            self._made_bytes -= len(old)
+
+    def held(self) -> int:
+        """Bytes held: the made groups, the open one, a record per group."""
+        return self._made_bytes + sum(map(len, self._open)) + GROUP_COST * len(self.groups)
+
+    def read(self, off: int, n: int, size: int, mine: Mapping[int, bytes]) -> bytes:
+        """Bytes ``[off, off + n)`` of the first ``size``, from the groups held and those
+        in ``mine`` (a reader's own), up to the first group in neither: :class:`Missing`
+        when that is the first one."""
+        end = min(off + n, size)
+        out: list[bytes] = []
+        while off < end:
+            with self.lock:
+                index = bisect.bisect_right(self._starts, off) - 1
+                g = self.groups[index]
+                data = mine.get(index)
+                if index == len(self.groups) - 1 and self._open:
+                    data = b"".join(self._open)
+                elif data is None:
+                    data = self._made.get(index)
+                    if data is None:
+                        if out:
+                            break
+                        raise Missing(self, index)
+                    self._made.move_to_end(index)
+            got = data[off - g.offset : end - g.offset]
+            if not got:
+                break
+            out.append(got)
+            off += len(got)
+        return b"".join(out)
+
+    def keep(self, index: int, data: bytes) -> None:
+        """Hold group ``index``, made again, unless it is big (its reader holds it)."""
+        if len(data) > 4 * GROUP_BYTES:
+            return
+        with self.lock:
+            if index not in self._made:
+                self._hold(index, data)
+
+    def items(self, index: int) -> tuple[Group, list[range | bytes]]:
+        """Group ``index`` and what it shows, to make it again."""
+        with self.lock:
+            g = self.groups[index]
+            return g, list(g.items)
+
+
+GROUP_COST = 200  # bytes a group's record costs (counted against the parse cache's cap)
+
+
+def entry_block(p: Piece, e: Entry, above: Entry | None, number: Callable[[str], int]) -> bytes:
+    """An entry of conversation.md: its images are in its own node's folder."""
+    return block(p, "nodes/" + id_name(e.id), continues_from(e, above, number))
+
+
+def remake(
+    g: Group,
+    items: Sequence[range | bytes],
+    entries: Sequence[Entry],
+    number: Callable[[str], int],
+    piece: Callable[[Entry], Piece],
+) -> bytes:
+    """The bytes of group ``g`` made again (the caller checks them against its size and
+    checksum: an entry renders the same while the index keeps its meaning)."""
+    out: list[bytes] = []
+    last = g.before
+    for item in items:
+        if isinstance(item, bytes):
+            out.append(item)
+            continue
+        for i in item:
+            e = entries[i]
+            out.append(entry_block(piece(e), e, last, number))
+            last = e
+    return b"".join(out)

@@ -51,7 +51,7 @@ _AHEAD = threading.local()  # the last block read ahead by this thread: file, st
 #: Bytes per item of the per-entry memos (an estimate: a dict slot, a key, a short value).
 MEMO_COSTS = {"previews": 250, "branch_sizes": 120, "folder": 150}
 LISTED_NAME_COST = 200  # bytes per name of an entry folder's listing kept in the "files" memo
-RENDERED = ("conv", "tree", "json")  # memos of whole-session renderings: (version, bytes, …)
+RENDERED = ("tree", "json")  # memos of whole-session renderings: (version, bytes, …)
 _RACY_NS = 100_000_000
 _WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
 # Bytes read and parsed at a time by a whole read: above glibc's largest mmap threshold
@@ -259,6 +259,9 @@ class Loaded:
             hit = self.memo.get(k)
             if hit is not None:
                 held += len(hit[1])
+        conv = self.memo.get("conversation")
+        if conv is not None:
+            held += conv.held()  # what it holds of conversation.md, not its size
         for k, per in MEMO_COSTS.items():
             held += per * len(self.memo.get(k) or ())
         listings = self.memo.get("files")

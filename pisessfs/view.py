@@ -27,11 +27,13 @@ rewritten file never serves old bytes under an old inode.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
 import stat
 import time
+import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -52,6 +54,7 @@ from .errors import (
     NotPermitted,
     ViewError,
 )
+from .handles import ConvSnapshot, FileSnapshot, Later, Snapshot
 from .kept import Answers, Kept
 from .layout import KINDS, WHOLE_KINDS, Request
 from .model import Entry
@@ -80,10 +83,12 @@ __all__ = [
     "Invalid",
     "IsADir",
     "Key",
+    "Later",
     "NotADir",
     "NotALink",
     "NotFound",
     "NotPermitted",
+    "Snapshot",
     "View",
     "ViewError",
 ]
@@ -101,6 +106,7 @@ UNHELD_KEPT = 1 << 17
 PAGES = "\0pages"
 LISTINGS_KEPT = 16  # entry folders' listings kept per session (each is its whole path)
 _NUMBER = re.compile(r"([0-9]{4,})-")  # ASCII only: int() would take any script's digits
+INLINE_GROUP = 256 << 10  # bytes of conversation.md made again on the loop (more: a thread)
 CALL_SEARCH = 256  # entries looked at above a tool result for its call (results of one
 # assistant message follow each other; a hostile file gets no further)
 
@@ -637,7 +643,7 @@ class View:
         named = d.get("firstKeptEntryId") if e.type == "compaction" else d.get("fromId")
         if e.type not in ("compaction", "branch_summary") or not isinstance(named, str):
             return render.NO_CONTEXT
-        name = self.file_of(s, named)
+        name = self.file_of(s, named, e)
         return render.Context(names={named: name} if name else {})
 
     def _call_above(self, s: Loaded, e: Entry, call_id: str) -> dict[str, Any] | None:
@@ -661,11 +667,13 @@ class View:
         s.memo["calls"] = (e, calls)
         return calls
 
-    def file_of(self, s: Loaded, eid: str) -> str | None:
-        """The file name of entry ``eid`` in the folder of its own node."""
+    def file_of(self, s: Loaded, eid: str, above: Entry) -> str | None:
+        """The file name of entry ``eid`` in the folder of its own node, when it comes
+        before ``above`` in the file: what ``above`` shows must not change when a later
+        line brings the entry it names (its file is cached, conversation.md made again)."""
         e = s.index.by_id.get(eid)
         num = s.index.num.get(eid, 0)
-        if e is None or e.kind is None or not num:
+        if e is None or e.kind is None or not num or e.line >= above.line:
             return None
         return render.file_name(num, render.number_width(num), e.kind)
 
@@ -685,7 +693,7 @@ class View:
             d = s.parsed(e)
             if e.type == "context_edit":  # what the model stops seeing, said in full
                 target = d.get("targetId")
-                name = self.file_of(s, target) if isinstance(target, str) else None
+                name = self.file_of(s, target, e) if isinstance(target, str) else None
                 return onefile.Piece(e, 0, b"", (), *render.context_edit(d, name))
             return onefile.Piece(e, 0, b"", (), render.preview(d), render.note_detail(d))
         num = s.index.num.get(e.id, 0)
@@ -741,34 +749,95 @@ class View:
             return None
         return lambda: self.branch_size(s, eid)
 
-    def _conversation(self, s: Loaded) -> bytes:
-        """``conversation.md``: the entries not shown yet are added at its end."""
-        conv: onefile.Conversation = s.memo.setdefault("conversation", onefile.Conversation())
+    def _conversation(self, s: Loaded) -> int:
+        """``conversation.md``: the entries not shown yet are added at its end; its size."""
+        conv = self.conversation(s)
         with conv.lock:
             entries = s.parser.entries  # complete lines only: a torn tail may still change
             if conv.done < len(entries):
                 # Not summary.previews: that parses every entry for tree.txt's rows, and a
                 # note is needed only for the entries that take no number.
-                pieces = [self.piece(s, e) for e in entries[conv.done :]]
                 problems = [*s.parser.problems, *s.index.problems]
-                conv.add(pieces, problems, lambda i: s.index.num.get(i, 0))
-            return conv.bytes()
+                conv.add(entries, problems, self._numbers(s), partial_piece(self, s))
+            return conv.size
+
+    @staticmethod
+    def conversation(s: Loaded) -> onefile.Conversation:
+        conv: onefile.Conversation = s.memo.setdefault("conversation", onefile.Conversation())
+        return conv
+
+    @staticmethod
+    def _numbers(s: Loaded) -> Callable[[str], int]:
+        return lambda eid: s.index.num.get(eid, 0)
+
+    def conv_size(self, s: Loaded) -> int:
+        """conversation.md's size as :meth:`ready` rendered it."""
+        if "conv" not in s.memo:
+            self._render(s, "conv")
+        size: int = s.memo["conv"][1]
+        return size
+
+    def conv_snapshot(self, s: Loaded) -> ConvSnapshot:
+        """An open conversation.md: its size now, its bytes made again where not held."""
+        return ConvSnapshot(s, self.conversation(s), self.conv_size(s))
+
+    def conv_text(self, s: Loaded) -> bytes:
+        """conversation.md whole (tests and scripts: the mount reads it by range)."""
+        snap = self.conv_snapshot(s)
+        return self.read(snap, 0, snap.size)
+
+    def read(self, snap: Snapshot, off: int, size: int) -> bytes:
+        """Bytes of an open file; a group of conversation.md no longer held is made again
+        (in a thread, raising :class:`Busy`, when it is big)."""
+        conv = snap.inner if isinstance(snap, Later) else snap
+        if not isinstance(conv, ConvSnapshot):
+            return snap.read(off, size)
+        out: list[bytes] = []
+        end = off + size
+        while off < end:
+            try:
+                got = conv.read(off, end - off)
+            except onefile.Missing as m:
+                work = functools.partial(self._remade, conv, m.index)
+                if self.defer and m.conv.groups[m.index].size > INLINE_GROUP:
+                    raise Busy(work) from None  # (a read of the kernel's spans two at most)
+                work()
+                continue
+            if not got:
+                break
+            out.append(got)
+            off += len(got)
+        return b"".join(out)
+
+    def _remade(self, snap: ConvSnapshot, index: int) -> None:
+        """Make group ``index`` of an open conversation.md again, for ``snap`` to read. It
+        must come out as it was (an entry renders the same while the index keeps its
+        meaning; a rebuilt index may not): else the read is answered ESTALE."""
+        s, conv = snap.s, snap.conv
+        g, items = conv.items(index)
+        data = onefile.remake(g, items, s.parser.entries, self._numbers(s), partial_piece(self, s))
+        if len(data) != g.size or zlib.crc32(data) != g.crc:
+            log.warning("%s: conversation.md came out different: answered ESTALE", s.path)
+            raise Changed(s.path)
+        snap.keep(index, data)
 
     def session_text(self, s: Loaded, kind: str) -> bytes:
         """tree.txt or session.json as :meth:`ready` rendered it (an older rendering, all of
         one version, rather than a render here when the file moved on meanwhile)."""
-        hit = s.memo.get(kind)
-        if hit is None:
-            return self._render(s, kind)
-        data: bytes = hit[1]
+        if kind not in s.memo:
+            self._render(s, kind)
+        data: bytes = s.memo[kind][1]
         return data
 
-    def _render(self, s: Loaded, kind: str, into: Loaded | None = None) -> bytes:
+    def _render(self, s: Loaded, kind: str, into: Loaded | None = None) -> None:
         """Render a whole-session file of ``s`` (blocking in proportion to the session) and
-        keep it in the memo of ``into`` (the live state ``s`` is a frozen copy of)."""
+        keep it in the memo of ``into`` (the live state ``s`` is a frozen copy of), with
+        ``s``'s version: tree.txt's and session.json's bytes, conversation.md's size (its
+        text is its :class:`~pisessfs.onefile.Conversation`'s)."""
         version = s.version
         start = time.monotonic()
         folder_of = lambda eid: self.folder_of(s, eid)  # noqa: E731
+        data: bytes | int
         if kind == "tree":
             data = summary.tree_txt(s, folder_of)
         elif kind == "conv":
@@ -777,13 +846,14 @@ class View:
             data = summary.session_json(s, folder_of, set(self.listed(s)))
         done = time.monotonic()
         (into or s).memo[kind] = (version, data, done, done - start)
-        return data
 
     def snapshot(self, ino: int) -> Snapshot:
         """The bytes an open file reads until it is closed, whatever happens to its session."""
         key = self.key(ino)
-        if key.kind != "jsonl":
-            return Snapshot(self.content(ino))
+        return KINDS[key.kind].opened(self, key)
+
+    def file_snapshot(self, key: Key) -> FileSnapshot:
+        """The session file itself, as an open handle reads it."""
         s = self.session(key)
         ident = s.ident
         assert ident is not None
@@ -877,13 +947,14 @@ class View:
         told the size of."""
         key = self.key(later.ino)
         s = self.session(key)
-        data = self.content(later.ino)
-        same = s.ident == later.ident and len(data) == later.size
-        grown = KINDS[key.kind].append_only and len(data) >= later.size
+        inner = self.snapshot(later.ino)
+        same = s.ident == later.ident and inner.size == later.size
+        grown = KINDS[key.kind].append_only and inner.size >= later.size
         if not (same or grown):
+            inner.close()
             log.warning("%s: changed between open and read: answered ESTALE", key.path)
             raise Changed(key.path)
-        later.data, later.filled = data, True
+        later.inner = inner
 
     # -- the scratch layer ----------------------------------------------------------------
 
@@ -1022,56 +1093,8 @@ class View:
         return s.index.labels
 
 
-class Snapshot:
-    """Bytes held for one open file."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def read(self, off: int, size: int) -> bytes:
-        return self.data[off : off + size]
-
-    def close(self) -> None:
-        return None
-
-
-class Later(Snapshot):
-    """The bytes of a whole-session file, made at the first read (``View.fill``)."""
-
-    def __init__(self, ino: int, ident: Identity, size: int) -> None:
-        super().__init__(b"")
-        self.ino, self.ident, self.size = ino, ident, size
-        self.filled = False
-
-
-class FileSnapshot(Snapshot):
-    """The first ``size`` bytes of a file, read through a descriptor opened with the file.
-
-    Like ``tail -f`` expects, it also reads what is appended while it is open, as long as the
-    bytes it knows are still the file's last ones there (a file rewritten in place is another
-    version: its reader keeps what it had)."""
-
-    def __init__(self, fd: int, size: int, window: bytes) -> None:
-        super().__init__(b"")
-        self.fd = fd
-        self.size = size
-        self.window = window
-
-    def read(self, off: int, size: int) -> bytes:
-        if off + size > self.size:
-            self._grow()
-        return os.pread(self.fd, max(0, min(size, self.size - off)), off)
-
-    def _grow(self) -> None:
-        now = os.fstat(self.fd).st_size
-        w = len(self.window)
-        if now > self.size and os.pread(self.fd, w, self.size - w) == self.window:
-            self.size = now
-            tail = os.pread(self.fd, w, now - w)
-            self.window = tail
-
-    def close(self) -> None:
-        os.close(self.fd)
+def partial_piece(v: View, s: Loaded) -> Callable[[Entry], onefile.Piece]:
+    return lambda e: v.piece(s, e)
 
 
 def _as_folder(perm: int) -> int:

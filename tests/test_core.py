@@ -5,13 +5,16 @@ Needs nothing but Python; runs on any machine.
 
 from __future__ import annotations
 
+import logging
 import os
+import random
+import re
 from pathlib import Path
 
 import orjson
 import pytest
 
-from pisessfs import render
+from pisessfs import onefile, render
 from pisessfs import view as view_module
 from pisessfs.jsonl import Parser
 from pisessfs.sessions import Store, Unreadable
@@ -363,3 +366,53 @@ def test_numbers_the_kernel_does_not_hold_are_swept_and_come_back_the_same(
     v.forget(first.ino, 1)
     with pytest.raises(NotFound):
         v.key(first.ino)
+
+
+def big_chain(n: int, width: int) -> bytes:
+    """A session of ``n`` user messages of about ``width`` bytes each, mostly one after
+    another (every 97th forks from two above), with a broken line in the middle."""
+    data = line(HEADER)
+    for i in range(n):
+        text = f"message {i:05d} " + "lorem ipsum dolor " * (width // 18)
+        parent = f"{i - (2 if i % 97 == 0 else 1):08x}" if i else None
+        data += line(user(f"{i:08x}", parent, text, i % 60))
+        if i == n // 2:
+            data += b'{"type": "message", "id": \n'
+    return data
+
+
+@pytest.mark.warns  # the broken line, once per view
+def test_a_big_conversation_is_held_in_part_and_reads_the_same_anywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """conversation.md of a big session is not held whole: the groups of entries a read
+    needs that are no longer held are made again, byte for byte what they were."""
+    (tmp_path / "--home-x--").mkdir()
+    (tmp_path / "--home-x--" / "s1.jsonl").write_bytes(big_chain(1500, 4000))
+
+    def opened(v: View) -> int:
+        proj = v.lookup(1, "home-x").ino
+        return v.lookup(v.lookup(proj, v.children(proj)[1][0]).ino, "conversation.md").ino
+
+    monkeypatch.setattr(onefile, "HELD_BYTES", 1 << 40)
+    ref = View(Store(str(tmp_path)))
+    whole = ref.content(opened(ref))  # made once, all of it held
+    monkeypatch.setattr(onefile, "HELD_BYTES", 256 << 10)
+    v = View(Store(str(tmp_path)))
+    ino = opened(v)
+    assert v.getattr(ino).size == len(whole) > 5 << 20
+    conv = v.conversation(v.session(v.key(ino)))
+    assert conv.held() < 512 << 10  # a tenth of it at most
+    assert [m.group(1) for m in re.finditer(rb"message (\d{5}) ", whole)] == [
+        f"{i:05d}".encode() for i in range(1500)
+    ]  # every entry once, in file order
+    assert whole.count(b"continues from") == 1500 // 97 and whole.count(b"> problem: ") == 1
+    snap = v.snapshot(ino)
+    rng = random.Random(7)
+    for _ in range(200):
+        off, n = rng.randrange(len(whole)), rng.choice([1, 4096, 131072, 1 << 20])
+        assert v.read(snap, off, n) == whole[off : off + n]
+    assert v.read(snap, 0, len(whole) + 10) == whole
+    assert conv.held() < 512 << 10 + 8 * onefile.GROUP_BYTES
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(said) == 2 and all("malformed-json" in m for m in said), said

@@ -24,6 +24,7 @@ ORDER = [
     "view",
     "kept",
     "layout",
+    "handles",
     "onefile",
     "summary",
     "writer",

@@ -7,15 +7,18 @@ nowhere else a walk goes; the branch folders and files are still there through t
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
 
+import orjson
 import pytest
 
-from tests.conftest import RECIPE, Mount, mounted, need, pi, wait_for
+from tests.conftest import KANBAN, RECIPE, Mount, mounted, need, pi, wait_for
 
 LONG = 120  # bytes: a message this long is unlikely to be quoted by another
 
@@ -260,3 +263,95 @@ def test_what_the_kernel_forgets_leaves_the_table_and_numbers_stay(sessions: Pat
         assert listed(m.path) == names
         assert walked(m.path) == files
     assert m.proc.returncode == 0 and "Traceback" not in m.log_text()
+
+
+# -- files opened from kept answers, and a big conversation read by range -------------------
+
+
+def drop_pages() -> None:
+    """Make the kernel drop the pages it holds of every file (clean ones: all of ours)."""
+    need(os.access(DROP, os.W_OK), f"dropping the page cache needs root ({DROP})")
+    Path(DROP).write_text("1\n")
+
+
+@pytest.mark.warns  # the ESTALE is said in the log
+def test_a_file_opened_from_kept_answers_that_changes_before_its_read_is_stale(
+    sessions: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tree.txt of a dropped session is opened with the size the kernel was told and no
+    bytes; if the session file changes before the first read, that read answers ESTALE
+    rather than bytes of another version. conversation.md only grows: it reads what it had."""
+    monkeypatch.setenv("PISESSFS_TEST_MIN_IDLE", "0")
+    with mounted(sessions, "--cache-mb", "0", "--debug") as m:
+        folder = m.path / RECIPE
+        before = {n: (folder / n).read_bytes() for n in ("tree.txt", "conversation.md")}
+        listed(m.path)  # every session's answers kept
+        os.listdir(m.path / KANBAN / "current/")  # parses KANBAN: RECIPE is dropped
+        fds = {n: os.open(folder / n, os.O_RDONLY) for n in before}
+        try:
+            real = Path(os.getxattr(folder, "user.pi.file").decode())
+            pi("--append", str(real), "74cc97d5", "appended between open and read")
+            drop_pages()
+            with pytest.raises(OSError) as err:
+                os.read(fds["tree.txt"], 1 << 20)
+            assert err.value.errno == errno.ESTALE
+            conv = before["conversation.md"]
+            assert os.pread(fds["conversation.md"], len(conv), 0) == conv
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        assert "changed between open and read: answered ESTALE" in m.log_text()
+        assert (folder / "tree.txt").read_bytes() != before["tree.txt"]  # a new open: new
+    assert m.proc.returncode == 0 and "Traceback" not in m.log_text()
+
+
+def test_a_big_conversation_reads_the_same_when_the_page_cache_lost_it(
+    tmp_path: Path,
+) -> None:
+    """conversation.md of a big session is not held whole by the daemon: a read the page
+    cache cannot answer makes its part again, byte for byte."""
+    project = tmp_path / "--home-x-big--"
+    project.mkdir()
+    lines = [orjson.dumps(HEADER_BIG)]
+    for i in range(2500):
+        text = f"message {i:05d} " + "lorem ipsum dolor " * 220
+        parent = f"{i - 1:08x}" if i else None
+        lines.append(orjson.dumps(big_user(f"{i:08x}", parent, text, i)))
+    (project / "big.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    with mounted(tmp_path, "--debug") as m:
+        (session,) = set((m.path / "home-x-big").iterdir()) - {m.path / "home-x-big/latest"}
+        conv = session / "conversation.md"
+        first = conv.read_bytes()
+        assert len(first) == os.stat(conv).st_size > 8 << 20
+        found = [int(x) for x in re.findall(rb"message (\d{5}) ", first)]
+        assert found == list(range(2500))
+        drop_pages()
+        assert conv.read_bytes() == first
+        drop_pages()
+        with conv.open("rb") as f:
+            for off in (len(first) - 10, 5 << 20, 3, len(first) // 2):
+                f.seek(off)
+                assert f.read(200_000) == first[off : off + 200_000]
+        out = subprocess.run(["grep", "-c", "message 02499 ", str(conv)], capture_output=True)
+        assert out.stdout == b"1\n"
+    assert m.proc.returncode == 0 and "Traceback" not in m.log_text()
+
+
+HEADER_BIG = {
+    "type": "session",
+    "version": 3,
+    "id": "0b1d0b1d-0000-4000-8000-000000000000",
+    "timestamp": "2026-11-20T10:00:00.000Z",
+    "cwd": "/home/x/big",
+}
+
+
+def big_user(eid: str, parent: str | None, text: str, i: int) -> dict[str, object]:
+    ts = f"2026-11-20T{10 + i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}.000Z"
+    return {
+        "type": "message",
+        "id": eid,
+        "parentId": parent,
+        "timestamp": ts,
+        "message": {"role": "user", "content": text, "timestamp": 0},
+    }

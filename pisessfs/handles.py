@@ -1,0 +1,98 @@
+"""What an open file reads until it is closed, whatever happens to its session meanwhile.
+
+This module owns the read handles: bytes held for one open (a message file, tree.txt),
+the session file through a descriptor of its own (``tail -f`` sees appends), conversation.md
+by range (its groups made again where its :class:`~pisessfs.onefile.Conversation` no longer
+holds them), and a handle opened from kept answers whose bytes are made at its first read.
+The view makes them (``View.snapshot``, ``View.later``); the adapter reads them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+
+from . import onefile
+from .sessions import Identity, Loaded
+
+
+class Snapshot:
+    """Bytes held for one open file."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.size = len(data)
+
+    def read(self, off: int, size: int) -> bytes:
+        return self.data[off : off + size]
+
+    def close(self) -> None:
+        return None
+
+
+class Later(Snapshot):
+    """A whole-session file opened from kept answers: what it reads is made at the first
+    read (``View.fill``), of the size the kernel was told."""
+
+    def __init__(self, ino: int, ident: Identity, size: int) -> None:
+        super().__init__(b"")
+        self.ino, self.ident, self.size = ino, ident, size
+        self.inner: Snapshot | None = None
+
+    def read(self, off: int, size: int) -> bytes:
+        assert self.inner is not None
+        return self.inner.read(off, size)
+
+    def close(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+
+
+class ConvSnapshot(Snapshot):
+    """An open conversation.md: the first ``size`` bytes of a session's conversation, read
+    from the groups it holds and, for the others, from groups made again for this handle
+    (the two last: a read spans at most two big ones)."""
+
+    def __init__(self, s: Loaded, conv: onefile.Conversation, size: int) -> None:
+        super().__init__(b"")
+        self.s, self.conv, self.size = s, conv, size
+        self._mine: OrderedDict[int, bytes] = OrderedDict()
+
+    def read(self, off: int, size: int) -> bytes:
+        return self.conv.read(off, size, self.size, self._mine)
+
+    def keep(self, index: int, data: bytes) -> None:
+        self._mine[index] = data
+        while len(self._mine) > 2:
+            self._mine.popitem(last=False)
+        self.conv.keep(index, data)
+
+
+class FileSnapshot(Snapshot):
+    """The first ``size`` bytes of a file, read through a descriptor opened with the file.
+
+    Like ``tail -f`` expects, it also reads what is appended while it is open, as long as the
+    bytes it knows are still the file's last ones there (a file rewritten in place is another
+    version: its reader keeps what it had)."""
+
+    def __init__(self, fd: int, size: int, window: bytes) -> None:
+        super().__init__(b"")
+        self.fd = fd
+        self.size = size
+        self.window = window
+
+    def read(self, off: int, size: int) -> bytes:
+        if off + size > self.size:
+            self._grow()
+        return os.pread(self.fd, max(0, min(size, self.size - off)), off)
+
+    def _grow(self) -> None:
+        now = os.fstat(self.fd).st_size
+        w = len(self.window)
+        if now > self.size and os.pread(self.fd, w, self.size - w) == self.window:
+            self.size = now
+            tail = os.pread(self.fd, w, now - w)
+            self.window = tail
+
+    def close(self) -> None:
+        os.close(self.fd)
