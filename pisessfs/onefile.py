@@ -117,12 +117,13 @@ class Conversation:
     checksum), the bytes of the last groups made (:data:`HELD_BYTES` at most) and older ones
     compressed (:data:`PACKED_BYTES` at most): a 100 MB session's conversation is not held
     whole, and a group held in neither way is made again when read (the view checks that it
-    comes out the same). Shared by the frozen copies a render works on,
-    hence the lock.
+    comes out the same). Shared by the frozen copies a render works on, hence ``lock``;
+    readers take only ``_mu``, which ``add`` holds for each entry's step, never for all.
     """
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # held by ``add``'s caller: one render at a time
+        self._mu = threading.Lock()  # the groups and their bytes: held for short steps only
         self.done = 0  # entries shown
         self.size = 0
         self.last: Entry | None = None
@@ -161,41 +162,49 @@ class Conversation:
         self.done = max(self.done, len(entries))
 
     def _put(self, data: bytes, item: int | bytes) -> None:
-        if not self._open:  # (a closed group, or none yet: a new one starts here)
-            self.groups.append(Group(self.size, self.last))
-            self._starts.append(self.size)
-        g = self.groups[-1]
-        runs = g.items
-        if isinstance(item, bytes):
-            runs.append(item)
-        elif runs and isinstance(runs[-1], range) and runs[-1].stop == item:
-            runs[-1] = range(runs[-1].start, item + 1)
-        else:
-            runs.append(range(item, item + 1))
-        g.size += len(data)
-        g.crc = zlib.crc32(data, g.crc)
-        self.size += len(data)
-        self._open.append(data)
-        if g.size >= GROUP_BYTES:
-            self._hold(len(self.groups) - 1, b"".join(self._open))
+        with self._mu:
+            if not self._open:  # (a closed group, or none yet: a new one starts here)
+                self.groups.append(Group(self.size, self.last))
+                self._starts.append(self.size)
+            g = self.groups[-1]
+            runs = g.items
+            if isinstance(item, bytes):
+                runs.append(item)
+            elif runs and isinstance(runs[-1], range) and runs[-1].stop == item:
+                runs[-1] = range(runs[-1].start, item + 1)
+            else:
+                runs.append(range(item, item + 1))
+            g.size += len(data)
+            g.crc = zlib.crc32(data, g.crc)
+            self.size += len(data)
+            self._open.append(data)
+            if g.size < GROUP_BYTES:
+                return
+            gone = self._hold(len(self.groups) - 1, b"".join(self._open))
             self._open = []
+        self._pack(gone)
 
-    def _hold(self, index: int, data: bytes) -> None:
+    def _hold(self, index: int, data: bytes) -> list[tuple[int, bytes]]:
+        """Hold a group's bytes (under ``_mu``); the groups this pushes out, to pack."""
         self._made[index] = data
         self._made_bytes += len(data)
+        gone = []
         while self._made_bytes > HELD_BYTES and self._made:
-            gone, old = self._made.popitem(last=False)
-            self._made_bytes -= len(old)
-            self._pack(gone, old)
+            old = self._made.popitem(last=False)
+            self._made_bytes -= len(old[1])
+            if old[0] not in self._packed:
+                gone.append(old)
+        return gone
 
-    def _pack(self, index: int, data: bytes) -> None:
-        """Keep group ``index`` compressed, while there is room (a third of its size)."""
-        if index in self._packed:
-            return
-        packed = zlib.compress(data, 1)  # 70 MB/s: a tenth of what rendering them took
-        if self._packed_bytes + len(packed) <= PACKED_BYTES:
-            self._packed[index] = packed
-            self._packed_bytes += len(packed)
+    def _pack(self, gone: list[tuple[int, bytes]]) -> None:
+        """Keep groups pushed out compressed, while there is room (a third of their size).
+        Compressed outside ``_mu``: a reader on the event loop never waits for it."""
+        for index, data in gone:
+            packed = zlib.compress(data, 1)  # 70 MB/s: a tenth of what rendering them took
+            with self._mu:
+                if self._packed_bytes + len(packed) <= PACKED_BYTES:
+                    self._packed[index] = packed
+                    self._packed_bytes += len(packed)
 
     def held(self) -> int:
         """Bytes held: the made groups, the packed ones, the open one, a record per group."""
@@ -205,11 +214,12 @@ class Conversation:
     def read(self, off: int, n: int, size: int, mine: Mapping[int, bytes]) -> bytes:
         """Bytes ``[off, off + n)`` of the first ``size``, from the groups held and those
         in ``mine`` (a reader's own), up to the first group in neither: :class:`Missing`
-        when that is the first one."""
+        when that is the first one. Never waits for ``add`` (only for its short steps)."""
         end = min(off + n, size)
         out: list[bytes] = []
         while off < end:
-            with self.lock:
+            packed = None
+            with self._mu:
                 index = bisect.bisect_right(self._starts, off) - 1
                 g = self.groups[index]
                 data = mine.get(index)
@@ -219,12 +229,15 @@ class Conversation:
                     data = self._made.get(index)
                     if data is not None:
                         self._made.move_to_end(index)
-                    elif index in self._packed:
-                        data = zlib.decompress(self._packed[index])  # (64 KiB: 0.3 ms)
-                    elif out:
-                        break
                     else:
-                        raise Missing(self, index)
+                        packed = self._packed.get(index)
+            if data is None:
+                if packed is not None:
+                    data = zlib.decompress(packed)  # (64 KiB: 0.3 ms)
+                elif out:
+                    break
+                else:
+                    raise Missing(self, index)
             got = data[off - g.offset : end - g.offset]
             if not got:
                 break
@@ -236,13 +249,15 @@ class Conversation:
         """Hold group ``index``, made again, unless it is big (its reader holds it)."""
         if len(data) > 4 * GROUP_BYTES:
             return
-        with self.lock:
+        gone: list[tuple[int, bytes]] = []
+        with self._mu:
             if index not in self._made:
-                self._hold(index, data)
+                gone = self._hold(index, data)
+        self._pack(gone)
 
     def items(self, index: int) -> tuple[Group, list[range | bytes]]:
         """Group ``index`` and what it shows, to make it again."""
-        with self.lock:
+        with self._mu:
             g = self.groups[index]
             return g, list(g.items)
 
