@@ -570,6 +570,6 @@ class Operations(pyfuse3.Operations):
             for ino, count in inode_list:
                 self.view.forget(ino, count)
                 self.editor.forget(ino)
-            log.debug("forget %d inodes: %d named", len(inode_list), self.view.named())
+            log.debug("forget %d inodes: %d named, %d held", len(inode_list), *self.view.named())
         except Exception:
             log.exception("forget failed (ignored)")

@@ -223,9 +223,10 @@ class View:
                 self._held.pop(ino, None)
                 self._young.append(ino)  # unheld again: a later sweep may drop it
 
-    def named(self) -> int:
-        """How many numbers the table has (the ``--debug`` line of a forget says)."""
-        return len(self._keys)
+    def named(self) -> tuple[int, int]:
+        """How many numbers the table has, and how many of them the kernel holds (the
+        ``--debug`` line of a forget says)."""
+        return len(self._keys), len(self._held)
 
     def _sweep(self) -> None:
         for n in self._old:
