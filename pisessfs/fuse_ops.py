@@ -276,7 +276,7 @@ class Operations(pyfuse3.Operations):
         if isinstance(snap, v.Later) and snap.inner is None:
             await self._ready(snap.ino)
             self.view.fill(snap)
-        return await self._core(self.view.read, snap, off, size)
+        return await self._core(snap.read, off, size)  # (conversation.md: Busy to make a part)
 
     @handler
     async def write(self, fh: int, off: int, buf: bytes) -> int:

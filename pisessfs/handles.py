@@ -9,11 +9,16 @@ The view makes them (``View.snapshot``, ``View.later``); the adapter reads them.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import OrderedDict
+from collections.abc import Callable
 
 from . import onefile
-from .sessions import Identity, Loaded
+from .errors import Busy
+from .sessions import Identity
+
+INLINE_GROUP = 256 << 10  # bytes of conversation.md made again on the loop (more: a thread)
 
 
 class Snapshot:
@@ -51,17 +56,40 @@ class Later(Snapshot):
 class ConvSnapshot(Snapshot):
     """An open conversation.md: the first ``size`` bytes of a session's conversation, read
     from the groups it holds and, for the others, from groups made again for this handle
-    (the two last: a read spans at most two big ones)."""
+    (``remade``; the two last kept: a read spans at most two big ones). With ``defer``, a
+    big group is made in a thread: :class:`Busy` (read again after its work)."""
 
-    def __init__(self, s: Loaded, conv: onefile.Conversation, size: int) -> None:
+    def __init__(
+        self,
+        conv: onefile.Conversation,
+        size: int,
+        remade: Callable[[int], bytes],
+        defer: bool,
+    ) -> None:
         super().__init__(b"")
-        self.s, self.conv, self.size = s, conv, size
+        self.conv, self.size, self.remade, self.defer = conv, size, remade, defer
         self._mine: OrderedDict[int, bytes] = OrderedDict()
 
     def read(self, off: int, size: int) -> bytes:
-        return self.conv.read(off, size, self.size, self._mine)
+        end = min(off + size, self.size)
+        out: list[bytes] = []
+        while off < end:
+            try:
+                got = self.conv.chunk(off, end, self._mine)
+            except onefile.Missing as m:
+                work = functools.partial(self._make, m.index)
+                if self.defer and self.conv.groups[m.index].size > INLINE_GROUP:
+                    raise Busy(work) from None
+                work()
+                continue
+            if not got:
+                break
+            out.append(got)
+            off += len(got)
+        return b"".join(out)
 
-    def keep(self, index: int, data: bytes) -> None:
+    def _make(self, index: int) -> None:
+        data = self.remade(index)
         self._mine[index] = data
         while len(self._mine) > 2:
             self._mine.popitem(last=False)

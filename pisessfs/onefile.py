@@ -211,39 +211,29 @@ class Conversation:
         made = self._made_bytes + self._packed_bytes + sum(map(len, self._open))
         return made + GROUP_COST * len(self.groups)
 
-    def read(self, off: int, n: int, size: int, mine: Mapping[int, bytes]) -> bytes:
-        """Bytes ``[off, off + n)`` of the first ``size``, from the groups held and those
-        in ``mine`` (a reader's own), up to the first group in neither: :class:`Missing`
-        when that is the first one. Never waits for ``add`` (only for its short steps)."""
-        end = min(off + n, size)
-        out: list[bytes] = []
-        while off < end:
-            packed = None
-            with self._mu:
-                index = bisect.bisect_right(self._starts, off) - 1
-                g = self.groups[index]
-                data = mine.get(index)
-                if index == len(self.groups) - 1 and self._open:
-                    data = b"".join(self._open)
-                elif data is None:
-                    data = self._made.get(index)
-                    if data is not None:
-                        self._made.move_to_end(index)
-                    else:
-                        packed = self._packed.get(index)
-            if data is None:
-                if packed is not None:
-                    data = zlib.decompress(packed)  # (64 KiB: 0.3 ms)
-                elif out:
-                    break
+    def chunk(self, off: int, end: int, mine: Mapping[int, bytes]) -> bytes:
+        """Bytes from ``off`` (< ``end``) to the end of its group or ``end``: from the groups
+        held, held compressed, or in ``mine`` (a reader's own, made again for it); raises
+        :class:`Missing` for a group in none of them. Never waits for ``add`` (only for its
+        short steps)."""
+        packed = None
+        with self._mu:
+            index = bisect.bisect_right(self._starts, off) - 1
+            g = self.groups[index]
+            data = mine.get(index)
+            if index == len(self.groups) - 1 and self._open:
+                data = b"".join(self._open)
+            elif data is None:
+                data = self._made.get(index)
+                if data is not None:
+                    self._made.move_to_end(index)
                 else:
-                    raise Missing(self, index)
-            got = data[off - g.offset : end - g.offset]
-            if not got:
-                break
-            out.append(got)
-            off += len(got)
-        return b"".join(out)
+                    packed = self._packed.get(index)
+        if data is None:
+            if packed is None:
+                raise Missing(self, index)
+            data = zlib.decompress(packed)  # (64 KiB: 0.3 ms)
+        return data[off - g.offset : end - g.offset]
 
     def keep(self, index: int, data: bytes) -> None:
         """Hold group ``index``, made again, unless it is big (its reader holds it)."""

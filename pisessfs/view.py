@@ -106,7 +106,6 @@ UNHELD_KEPT = 1 << 17
 PAGES = "\0pages"
 LISTINGS_KEPT = 16  # entry folders' listings kept per session (each is its whole path)
 _NUMBER = re.compile(r"([0-9]{4,})-")  # ASCII only: int() would take any script's digits
-INLINE_GROUP = 256 << 10  # bytes of conversation.md made again on the loop (more: a thread)
 CALL_SEARCH = 256  # entries looked at above a tool result for its call (results of one
 # assistant message follow each other; a hostile file gets no further)
 
@@ -759,7 +758,7 @@ class View:
                 # Not summary.previews: that parses every entry for tree.txt's rows, and a
                 # note is needed only for the entries that take no number.
                 problems = [*s.parser.problems, *s.index.problems]
-                conv.add(entries, problems, self._numbers(s), partial_piece(self, s))
+                conv.add(entries, problems, self._numbers(s), self._pieces(s))
             return conv.size
 
     @staticmethod
@@ -771,6 +770,9 @@ class View:
     def _numbers(s: Loaded) -> Callable[[str], int]:
         return lambda eid: s.index.num.get(eid, 0)
 
+    def _pieces(self, s: Loaded) -> Callable[[Entry], onefile.Piece]:
+        return lambda e: self.piece(s, e)
+
     def conv_size(self, s: Loaded) -> int:
         """conversation.md's size as :meth:`ready` rendered it."""
         if "conv" not in s.memo:
@@ -778,49 +780,27 @@ class View:
         size: int = s.memo["conv"][1]
         return size
 
-    def conv_snapshot(self, s: Loaded) -> ConvSnapshot:
+    def conv_snapshot(self, s: Loaded, defer: bool | None = None) -> ConvSnapshot:
         """An open conversation.md: its size now, its bytes made again where not held."""
-        return ConvSnapshot(s, self.conversation(s), self.conv_size(s))
+        conv = self.conversation(s)
+        remade = functools.partial(self._remade, s, conv)
+        return ConvSnapshot(conv, self.conv_size(s), remade, self.defer if defer is None else defer)
 
     def conv_text(self, s: Loaded) -> bytes:
         """conversation.md whole (tests and scripts: the mount reads it by range)."""
-        snap = self.conv_snapshot(s)
-        return self.read(snap, 0, snap.size)
+        snap = self.conv_snapshot(s, defer=False)
+        return snap.read(0, snap.size)
 
-    def read(self, snap: Snapshot, off: int, size: int) -> bytes:
-        """Bytes of an open file; a group of conversation.md no longer held is made again
-        (in a thread, raising :class:`Busy`, when it is big)."""
-        conv = snap.inner if isinstance(snap, Later) else snap
-        if not isinstance(conv, ConvSnapshot):
-            return snap.read(off, size)
-        out: list[bytes] = []
-        end = off + size
-        while off < end:
-            try:
-                got = conv.read(off, end - off)
-            except onefile.Missing as m:
-                work = functools.partial(self._remade, conv, m.index)
-                if self.defer and m.conv.groups[m.index].size > INLINE_GROUP:
-                    raise Busy(work) from None  # (a read of the kernel's spans two at most)
-                work()
-                continue
-            if not got:
-                break
-            out.append(got)
-            off += len(got)
-        return b"".join(out)
-
-    def _remade(self, snap: ConvSnapshot, index: int) -> None:
-        """Make group ``index`` of an open conversation.md again, for ``snap`` to read. It
-        must come out as it was (an entry renders the same while the index keeps its
-        meaning; a rebuilt index may not): else the read is answered ESTALE."""
-        s, conv = snap.s, snap.conv
+    def _remade(self, s: Loaded, conv: onefile.Conversation, index: int) -> bytes:
+        """Group ``index`` of conversation.md made again. It must come out as it was (an
+        entry renders the same while the index keeps its meaning; a rebuilt index may not):
+        else the read is answered ESTALE."""
         g, items = conv.items(index)
-        data = onefile.remake(g, items, s.parser.entries, self._numbers(s), partial_piece(self, s))
+        data = onefile.remake(g, items, s.parser.entries, self._numbers(s), self._pieces(s))
         if len(data) != g.size or zlib.crc32(data) != g.crc:
             log.warning("%s: conversation.md came out different: answered ESTALE", s.path)
             raise Changed(s.path)
-        snap.keep(index, data)
+        return data
 
     def session_text(self, s: Loaded, kind: str) -> bytes:
         """tree.txt or session.json as :meth:`ready` rendered it (an older rendering, all of
@@ -1092,10 +1072,6 @@ class View:
             labels = s.parser.harness_info.get("labels")
             return labels if isinstance(labels, dict) else {}
         return s.index.labels
-
-
-def partial_piece(v: View, s: Loaded) -> Callable[[Entry], onefile.Piece]:
-    return lambda e: v.piece(s, e)
 
 
 def _as_folder(perm: int) -> int:

@@ -417,8 +417,8 @@ def test_a_big_conversation_is_held_in_part_and_reads_the_same_anywhere(
     rng = random.Random(7)
     for _ in range(200):
         off, n = rng.randrange(len(whole)), rng.choice([1, 4096, 131072, 1 << 20])
-        assert v.read(snap, off, n) == whole[off : off + n]
-    assert v.read(snap, 0, len(whole) + 10) == whole
+        assert snap.read(off, n) == whole[off : off + n]
+    assert snap.read(0, len(whole) + 10) == whole
     assert conv.held() < (512 << 10) + packed + 8 * onefile.GROUP_BYTES
     said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(said) == 2 and all("malformed-json" in m for m in said), said

@@ -168,11 +168,16 @@ def listed(top: Path) -> dict[Path, tuple[int, int, str, int, int]]:
     return out
 
 
-def forget_names() -> None:
-    """Make the kernel drop its cached names and inodes (and with them their pages)."""
-    need(os.access(DROP, os.W_OK), f"forgetting the kernel's names needs root ({DROP})")
+def drop_caches(what: str) -> None:
+    """Make the kernel drop what it caches: "1" the pages of every file (clean ones: all of
+    ours), "2" its names and inodes (and with them their pages)."""
+    need(os.access(DROP, os.W_OK), f"dropping the kernel's caches needs root ({DROP})")
     os.sync()
-    Path(DROP).write_text("2\n")
+    Path(DROP).write_text(what + "\n")
+
+
+def forget_names() -> None:
+    drop_caches("2")
 
 
 DROP = "/proc/sys/vm/drop_caches"
@@ -277,9 +282,7 @@ def test_what_the_kernel_forgets_leaves_the_table_and_numbers_stay(sessions: Pat
 
 
 def drop_pages() -> None:
-    """Make the kernel drop the pages it holds of every file (clean ones: all of ours)."""
-    need(os.access(DROP, os.W_OK), f"dropping the page cache needs root ({DROP})")
-    Path(DROP).write_text("1\n")
+    drop_caches("1")
 
 
 @pytest.mark.warns  # the ESTALE is said in the log
