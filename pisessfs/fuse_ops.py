@@ -193,7 +193,11 @@ class Operations(pyfuse3.Operations):
         if kept is not None:  # (a session the parse cache dropped, its file unchanged)
             return self._taken(kept)
         await self._ready(parent_inode)
-        child = self.view.resolve(parent_inode, n)
+        try:
+            child = self.view.resolve(parent_inode, n)
+        except v.NotFound:
+            self.view.looked_up_absent(parent_inode, n)
+            raise
         with self.view.pinned(child):
             await self._ready(child, attr_only=True)  # tree.txt's size: rendered off the loop
             a = self.view.getattr(child)

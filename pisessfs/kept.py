@@ -42,6 +42,9 @@ class Answers:
     # Names looked up that no listing shows (rg stats where each link leads: nodes/<id>,
     # nodes/<id>.md, .session.jsonl): (folder inode, name) -> stat
     found: dict[tuple[int, str], Attr] = field(default_factory=dict)
+    # Names looked up that the folder does not have: rg asks every folder it enters for
+    # .git, .ignore and .rgignore, and each of those parsed the dropped session again.
+    absent: set[tuple[int, str]] = field(default_factory=set)
     count: int = 0
 
     def room(self, n: int = 1) -> bool:
@@ -55,6 +58,10 @@ class Answers:
         names = self.listings.get(folder)
         hit = names.get(name) if names is not None else None
         return hit if hit is not None else self.found.get((folder, name))
+
+    def lacks(self, folder: int, name: str) -> bool:
+        """Whether a lookup of ``name`` in ``folder`` answered that there is no such name."""
+        return (folder, name) in self.absent
 
 
 class Kept:

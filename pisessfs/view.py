@@ -864,6 +864,16 @@ class View:
         if held is not None and held.child(parent, name) is None and held.room():
             held.found[(parent, name)] = a
 
+    def looked_up_absent(self, parent: int, name: str) -> None:
+        """Keep that a lookup in a session's folder found no such name. (The folders kept
+        have no scratch names: those are only in entry folders, which are not kept.)"""
+        pkey = self.key(parent)
+        if not KINDS[pkey.kind].kept:
+            return
+        held = self._holding(pkey)
+        if held is not None and not held.lacks(parent, name) and held.room():
+            held.absent.add((parent, name))
+
     # -- answers kept past eviction (``kept``) -----------------------------------------------
 
     def _holding(self, key: Key, children: list[Key] | None = None) -> Answers | None:
@@ -898,8 +908,14 @@ class View:
         return held.attrs.get(ino) if held is not None else None
 
     def kept_child(self, parent: int, name: str) -> Attr | None:
+        """What a lookup answered for a dropped session (None: ask it; NotFound: it has no
+        such name)."""
         held = self.kept(parent)
-        return held.child(parent, name) if held is not None else None
+        if held is None:
+            return None
+        if held.lacks(parent, name):
+            raise NotFound(name)
+        return held.child(parent, name)
 
     def kept_listing(self, ino: int) -> list[tuple[str, Attr]] | None:
         held = self.kept(ino)

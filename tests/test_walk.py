@@ -212,6 +212,21 @@ def test_walks_over_more_sessions_than_the_cache_holds_parse_them_once(
         assert set(again) <= forks(sessions), again  # the others were not parsed again
         assert walk() == expected  # and the bytes are the same, from the cache or not
 
+        # rg asks every folder it enters for .git, .ignore, .rgignore and .gitignore: that
+        # there are none is kept too (each of them parsed the session again, every walk).
+        need(shutil.which("rg") is not None, "ripgrep (rg) is not installed (apt install ripgrep)")
+
+        def rg() -> str:
+            argv = ["rg", "-c", "--sort", "path", PHRASE, str(m.path)]
+            return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+        hits = rg()
+        assert f"{RECIPE}/conversation.md:" in hits
+        before = len(read_whole(m.log_text()))
+        assert rg() == hits  # (the kernel keeps the names that are, not those that are not)
+        again = read_whole(m.log_text())[before:]
+        assert set(again) <= forks(sessions), again
+
         # A dropped session that changes is read again, and every file of it shows the
         # change (tree.txt and session.json had pages in the kernel's cache).
         folder = m.path / RECIPE
