@@ -179,6 +179,14 @@ class Operations(pyfuse3.Operations):
             e.entry_timeout = e.attr_timeout = 0
         return e
 
+    @staticmethod
+    def _none() -> pyfuse3.EntryAttributes:
+        """No such name, and there never will be: the kernel keeps the answer (inode 0)."""
+        e = pyfuse3.EntryAttributes()
+        e.st_ino = 0
+        e.entry_timeout = IMMUTABLE_TIMEOUT
+        return e
+
     def _taken(self, a: v.Attr) -> pyfuse3.EntryAttributes:
         """An entry the kernel takes a reference to (until its ``forget``)."""
         self.view.hold(a)
@@ -189,6 +197,8 @@ class Operations(pyfuse3.Operations):
         self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.EntryAttributes:
         n = os.fsdecode(name)
+        if self.view.never(parent_inode, n):
+            return self._none()
         kept = self.view.kept_child(parent_inode, n)
         if kept is not None:  # (a session the parse cache dropped, its file unchanged)
             return self._taken(kept)

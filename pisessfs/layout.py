@@ -101,6 +101,12 @@ class NodeKind:
         """Its ``user.pi.*`` attributes."""
         return {}
 
+    def never(self, name: str) -> bool:
+        """Whether this folder can never have ``name``, whatever its session holds: the
+        kernel may remember that it has not (rg asks every folder it enters for .git and
+        three ignore files, and without that each walk asked again)."""
+        return False
+
     def holds(self, v: View, s: Loaded, key: Key) -> bool:
         """Whether what it answers now is what the file as ``s`` read it gives (a kind that
         may answer from an older rendering, or from more than the file, says when not)."""
@@ -197,6 +203,9 @@ class Session(NodeKind):
     unparsed = True  # its attributes: the file's stat
     kept = True
 
+    def never(self, name: str) -> bool:
+        return name.startswith(".") and name != RAW
+
     def holds(self, v: View, s: Loaded, key: Key) -> bool:
         # A fork's parent may come into the mount later: its listing is not kept.
         return named_parent(s) is None
@@ -259,6 +268,9 @@ class Leaves(NodeKind):
     fmt = stat.S_IFDIR
     kept = True
 
+    def never(self, name: str) -> bool:
+        return name.startswith(".")  # an id's name never starts with "." (``id_name``)
+
     def child(self, v: View, key: Key, name: str) -> Key:
         s = v.session(key)
         if name.endswith(VIEW_SUFFIX):
@@ -282,6 +294,9 @@ class Nodes(NodeKind):
     name = "nodes"
     fmt = stat.S_IFDIR
     kept = True
+
+    def never(self, name: str) -> bool:
+        return name.startswith(".")  # an id's name never starts with "." (``id_name``)
 
     def child(self, v: View, key: Key, name: str) -> Key:
         s = v.session(key)

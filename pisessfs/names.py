@@ -65,7 +65,7 @@ def name_id(name: str, ids: Iterable[str] = ()) -> str | None:
     if name == "%":
         return ""
     if "%" not in name:
-        return name
+        return name if id_name(name) == name else None  # ".git" is no id's name ("%2Egit" is)
     out = _ESCAPE.sub(lambda m: chr(int(m.group(1).lstrip("u"), 16)), name)
     return out if id_name(out) == name else None  # only the canonical spelling resolves
 

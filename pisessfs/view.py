@@ -501,6 +501,10 @@ class View:
     def lookup(self, parent: int, name: str) -> Attr:
         return self.getattr(self.resolve(parent, name))
 
+    def never(self, parent: int, name: str) -> bool:
+        """Whether folder ``parent`` can never have ``name`` (see ``NodeKind.never``)."""
+        return KINDS[self.key(parent).kind].never(name)
+
     def resolve(self, parent: int, name: str) -> int:
         """The inode ``name`` stands for in folder ``parent`` (scratch names first)."""
         key = self.key(parent)

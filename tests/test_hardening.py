@@ -519,6 +519,13 @@ def test_hostile_ids_and_names_are_unique_and_resolve(sessions: Path) -> None:
 
             node = m.path / "hostile" / "h" / "nodes" / id_name(eid)
             assert os.getxattr(node, "user.pi.id").decode() == eid
+            if "/" in eid or eid == "..":
+                continue
+            raw = m.path / "hostile" / "h" / "nodes" / eid  # one name per id: its own
+            if os.path.lexists(raw):
+                assert id_name(os.getxattr(raw, "user.pi.id").decode()) == eid
+            else:
+                assert id_name(eid) != eid
         target = os.readlink(m.path / "hostile" / "h" / "current")
         assert (m.path / "hostile" / "h" / target).is_dir()
         bad = [n for n in top if "bad" in n]

@@ -243,6 +243,22 @@ def test_walks_over_more_sessions_than_the_cache_holds_parse_them_once(
     assert m.proc.returncode == 0 and "Traceback" not in m.log_text()
 
 
+def test_a_name_a_session_folder_never_has_is_asked_for_once(sessions: Path) -> None:
+    """rg asks every folder it enters for .git, .ignore, .rgignore and .gitignore. A session's
+    folders never have a name that starts with "." (but .session.jsonl): the kernel is told
+    to remember that, and a second walk does not ask again."""
+    with mounted(sessions, "--debug") as m:
+        folder = m.path / RECIPE
+        folders = [folder, folder / "leaves", folder / "nodes"]
+        for _ in range(3):
+            for d in folders:
+                assert not os.path.lexists(d / ".git")
+        asked = [ln for ln in m.log_text().splitlines() if "lookup(" in ln and "b'.git'" in ln]
+        assert len(asked) == len(folders), asked
+        assert (folder / ".session.jsonl").read_bytes() == (folder / "session.jsonl").read_bytes()
+        assert not os.path.lexists(folder / ".session.json")
+
+
 # -- the kernel's forget -----------------------------------------------------------------
 
 
