@@ -25,7 +25,7 @@ from types import FrameType
 import pyfuse3
 import trio
 
-from . import status
+from . import heap, status
 from .appender import Appender
 from .fuse_ops import Operations
 from .sessions import Store
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 
 SWITCH_INTERVAL = 0.0005  # seconds
+TRIM_AFTER = 2.0  # seconds between looks at whether work was done since the last trim
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +183,7 @@ async def _serve(
         nursery.start_soon(ops.invalidator)
         nursery.start_soon(_watch, watcher, ops)
         nursery.start_soon(_refresh, state)
+        nursery.start_soon(_trim, ops)
         await pyfuse3.main()
         nursery.cancel_scope.cancel()
 
@@ -196,6 +198,20 @@ async def _watch(watcher: Watcher, ops: Operations) -> None:
         except Exception:
             log.exception("the live view failed on an event; it goes on with the next")
         ops.drain()
+
+
+async def _trim(ops: Operations) -> None:
+    """Give back what the C heap kept of the work done off the loop (parses and renders:
+    ``heap``), every ``TRIM_AFTER`` seconds in which some was done: the last trim of a walk
+    comes at most that long after it. In a thread: it takes milliseconds."""
+    while True:
+        await trio.sleep(TRIM_AFTER)
+        if ops.worked:
+            ops.worked = False
+            before = status.rss(os.getpid()) or 0
+            if await trio.to_thread.run_sync(heap.trim, abandon_on_cancel=True):
+                after = status.rss(os.getpid()) or 0
+                log.debug("heap trimmed: %d -> %d MiB resident", before >> 20, after >> 20)
 
 
 async def _refresh(state: status.Writer) -> None:

@@ -17,6 +17,7 @@ ORDER = [
     "watchdog",
     "status",
     "mountpoint",
+    "heap",
     "fuse_ops",
     "edits",
     "actions",
