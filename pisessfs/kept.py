@@ -42,8 +42,8 @@ class Answers:
     # Names looked up that no listing shows (rg stats where each link leads: nodes/<id>,
     # nodes/<id>.md, .session.jsonl): (folder inode, name) -> stat
     found: dict[tuple[int, str], Attr] = field(default_factory=dict)
-    # Names looked up that the folder does not have: rg asks every folder it enters for
-    # .git, .ignore and .rgignore, and each of those parsed the dropped session again.
+    # Names looked up that the folder does not have (those no such folder ever has, .git
+    # and rg's ignore files, the kernel is told to remember: ``NodeKind.never``).
     absent: set[tuple[int, str]] = field(default_factory=set)
     count: int = 0
 

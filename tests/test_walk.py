@@ -212,8 +212,8 @@ def test_walks_over_more_sessions_than_the_cache_holds_parse_them_once(
         assert set(again) <= forks(sessions), again  # the others were not parsed again
         assert walk() == expected  # and the bytes are the same, from the cache or not
 
-        # rg asks every folder it enters for .git, .ignore, .rgignore and .gitignore: that
-        # there are none is kept too (each of them parsed the session again, every walk).
+        # rg asks every folder it enters for .git, .ignore, .rgignore and .gitignore: each of
+        # those lookups parsed the session again, every walk.
         need(shutil.which("rg") is not None, "ripgrep (rg) is not installed (apt install ripgrep)")
 
         def rg() -> str:
@@ -223,9 +223,18 @@ def test_walks_over_more_sessions_than_the_cache_holds_parse_them_once(
         hits = rg()
         assert f"{RECIPE}/conversation.md:" in hits
         before = len(read_whole(m.log_text()))
-        assert rg() == hits  # (the kernel keeps the names that are, not those that are not)
+        assert rg() == hits
         again = read_whole(m.log_text())[before:]
         assert set(again) <= forks(sessions), again
+        # Another name a dropped session's folder does not have is kept as such: asked again
+        # (the kernel asks each time), it parses nothing.
+        missing = [m.path / RECIPE / "nodes" / "no-such-id", m.path / KANBAN / "no-such-name"]
+        for p in missing:
+            assert not os.path.lexists(p)
+        before = len(read_whole(m.log_text()))
+        for p in missing * 2:
+            assert not os.path.lexists(p)
+        assert read_whole(m.log_text())[before:] == []
 
         # A dropped session that changes is read again, and every file of it shows the
         # change (tree.txt and session.json had pages in the kernel's cache).
