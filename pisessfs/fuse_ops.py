@@ -132,7 +132,6 @@ class Operations(pyfuse3.Operations):
         # Folders a recursive removal was told it removed (they stay): the kernel marked its
         # inode dead, so the folder comes back under a new generation, as a new inode.
         self._generation: dict[int, int] = {}
-        self.worked = False  # blocking work ran off the loop since the last heap trim
 
     async def _ready(self, ino: int, attr_only: bool = False, listing: bool = False) -> None:
         """Bring what ``ino`` shows up to date without holding up other requests."""
@@ -151,7 +150,6 @@ class Operations(pyfuse3.Operations):
                     # A parse or render holds nothing of the loop's: an unmount need not wait
                     # for it (the thread ends with the process).
                     await trio.to_thread.run_sync(busy.work, abandon_on_cancel=True)
-                    self.worked = True  # (the heap is trimmed when it is over: ``heap``)
                     self.drain()  # what the work changed (a new rendering's size)
         log.warning("%s%r: the session kept changing; answered EAGAIN", fn.__name__, args)
         raise pyfuse3.FUSEError(errno.EAGAIN)

@@ -183,7 +183,7 @@ async def _serve(
         nursery.start_soon(ops.invalidator)
         nursery.start_soon(_watch, watcher, ops)
         nursery.start_soon(_refresh, state)
-        nursery.start_soon(_trim, ops)
+        nursery.start_soon(_trim, ops.view)
         await pyfuse3.main()
         nursery.cancel_scope.cancel()
 
@@ -200,14 +200,15 @@ async def _watch(watcher: Watcher, ops: Operations) -> None:
         ops.drain()
 
 
-async def _trim(ops: Operations) -> None:
-    """Give back what the C heap kept of the work done off the loop (parses and renders:
-    ``heap``), every ``TRIM_AFTER`` seconds in which some was done: the last trim of a walk
-    comes at most that long after it. In a thread: it takes milliseconds."""
+async def _trim(view: View) -> None:
+    """Give back what the C heap kept of the parses and renders of a walk (``heap``), every
+    ``TRIM_AFTER`` seconds in which some were made: the last trim of a walk comes at most that
+    long after it. In a thread: it takes milliseconds."""
+    made = view.made
     while True:
         await trio.sleep(TRIM_AFTER)
-        if ops.worked:
-            ops.worked = False
+        if view.made != made:
+            made = view.made
             before = status.rss(os.getpid()) or 0
             if await trio.to_thread.run_sync(heap.trim, abandon_on_cancel=True):
                 after = status.rss(os.getpid()) or 0

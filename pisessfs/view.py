@@ -158,6 +158,7 @@ class View:
         self.overlays: dict[Key, Overlay] = {}  # entry folder -> its scratch layer
         self.nodes: dict[int, Node] = {}  # scratch inode -> node
         self._serial = 0
+        self.made = 0  # whole-session files rendered (the mount trims the heap after them)
         # Kernel caches to drop, drained by the adapter: (inode, None) or (parent, name).
         # (a deque: render threads add to it while the loop drains it)
         self.invalidations: deque[tuple[int, str | None]] = deque()
@@ -819,6 +820,7 @@ class View:
         keep it in the memo of ``into`` (the live state ``s`` is a frozen copy of), with
         ``s``'s version: tree.txt's and session.json's bytes, conversation.md's size (its
         text is its :class:`~pisessfs.onefile.Conversation`'s)."""
+        self.made += 1
         version = s.version
         start = time.monotonic()
         folder_of = lambda eid: self.folder_of(s, eid)  # noqa: E731
