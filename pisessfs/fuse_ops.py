@@ -206,7 +206,7 @@ class Operations(pyfuse3.Operations):
         try:
             child = self.view.resolve(parent_inode, n)
         except v.NotFound:
-            self.view.looked_up_absent(parent_inode, n)
+            self.view.looked_up(parent_inode, n, None)
             raise
         with self.view.pinned(child):
             await self._ready(child, attr_only=True)  # tree.txt's size: rendered off the loop

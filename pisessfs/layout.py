@@ -261,15 +261,19 @@ class Session(NodeKind):
         return None
 
 
-class Leaves(NodeKind):
+class _IdFolder(NodeKind):
+    """A folder whose names are entries' names (and their ``.md`` views)."""
+
+    def never(self, name: str) -> bool:
+        return name.startswith(".")  # an id's name never starts with "." (``id_name``)
+
+
+class Leaves(_IdFolder):
     """One folder link and one file link per listed leaf; every entry id resolves."""
 
     name = "leaves"
     fmt = stat.S_IFDIR
     kept = True
-
-    def never(self, name: str) -> bool:
-        return name.startswith(".")  # an id's name never starts with "." (``id_name``)
 
     def child(self, v: View, key: Key, name: str) -> Key:
         s = v.session(key)
@@ -288,15 +292,12 @@ class Leaves(NodeKind):
         return out
 
 
-class Nodes(NodeKind):
+class Nodes(_IdFolder):
     """Lists nothing; ``<id>`` is the entry's folder, ``<id>.md`` its path as one file."""
 
     name = "nodes"
     fmt = stat.S_IFDIR
     kept = True
-
-    def never(self, name: str) -> bool:
-        return name.startswith(".")  # an id's name never starts with "." (``id_name``)
 
     def child(self, v: View, key: Key, name: str) -> Key:
         s = v.session(key)

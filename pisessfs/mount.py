@@ -209,8 +209,9 @@ async def _trim(view: View) -> None:
         await trio.sleep(TRIM_AFTER)
         if view.made != made:
             made = view.made
-            before = status.rss(os.getpid()) or 0
-            if await trio.to_thread.run_sync(heap.trim, abandon_on_cancel=True):
+            said = log.isEnabledFor(logging.DEBUG)
+            before = (status.rss(os.getpid()) or 0) if said else 0
+            if await trio.to_thread.run_sync(heap.trim, abandon_on_cancel=True) and said:
                 after = status.rss(os.getpid()) or 0
                 log.debug("heap trimmed: %d -> %d MiB resident", before >> 20, after >> 20)
 

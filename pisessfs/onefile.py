@@ -86,6 +86,7 @@ GROUP_BYTES = 64 << 10
 #: the rest is made again when read (about as long as rendering it took).
 HELD_BYTES = 2 << 20
 PACKED_BYTES = 32 << 20
+GROUP_COST = 200  # bytes a group's record costs (counted against the parse cache's cap)
 
 
 @dataclass(slots=True)
@@ -102,9 +103,9 @@ class Group:
 class Missing(Exception):
     """A read needs group ``index`` of a conversation, which is no longer held."""
 
-    def __init__(self, conv: Conversation, index: int) -> None:
+    def __init__(self, index: int) -> None:
         super().__init__(index)
-        self.conv, self.index = conv, index
+        self.index = index
 
 
 class Conversation:
@@ -231,7 +232,7 @@ class Conversation:
                     packed = self._packed.get(index)
         if data is None:
             if packed is None:
-                raise Missing(self, index)
+                raise Missing(index)
             data = zlib.decompress(packed)  # (64 KiB: 0.3 ms)
         return data[off - g.offset : end - g.offset]
 
@@ -251,8 +252,6 @@ class Conversation:
             g = self.groups[index]
             return g, list(g.items)
 
-
-GROUP_COST = 200  # bytes a group's record costs (counted against the parse cache's cap)
 
 
 def entry_block(p: Piece, e: Entry, above: Entry | None, number: Callable[[str], int]) -> bytes:

@@ -780,9 +780,7 @@ class View:
 
     def conv_size(self, s: Loaded) -> int:
         """conversation.md's size as :meth:`ready` rendered it."""
-        if "conv" not in s.memo:
-            self._render(s, "conv")
-        size: int = s.memo["conv"][1]
+        size: int = self._rendering(s, "conv")
         return size
 
     def conv_snapshot(self, s: Loaded, defer: bool | None = None) -> ConvSnapshot:
@@ -810,10 +808,14 @@ class View:
     def session_text(self, s: Loaded, kind: str) -> bytes:
         """tree.txt or session.json as :meth:`ready` rendered it (an older rendering, all of
         one version, rather than a render here when the file moved on meanwhile)."""
+        data: bytes = self._rendering(s, kind)
+        return data
+
+    def _rendering(self, s: Loaded, kind: str) -> Any:
+        """What the memo of whole-session file ``kind`` holds (rendered here if none)."""
         if kind not in s.memo:
             self._render(s, kind)
-        data: bytes = s.memo[kind][1]
-        return data
+        return s.memo[kind][1]
 
     def _render(self, s: Loaded, kind: str, into: Loaded | None = None) -> None:
         """Render a whole-session file of ``s`` (blocking in proportion to the session) and
@@ -861,24 +863,21 @@ class View:
             held.links[ino] = target
         return target
 
-    def looked_up(self, parent: int, name: str, a: Attr) -> None:
-        """Keep what a lookup in a session's folder answered (a name no listing shows)."""
+    def looked_up(self, parent: int, name: str, a: Attr | None) -> None:
+        """Keep what a lookup in a session's folder answered: a name no listing shows, or
+        (``a`` None) that there is no such name. (The folders kept have no scratch names:
+        those are only in entry folders, which are not kept.)"""
         pkey = self.key(parent)
         if not KINDS[pkey.kind].kept:
             return
-        held = self._holding(pkey, [self.key(a.ino)])
-        if held is not None and held.child(parent, name) is None and held.room():
-            held.found[(parent, name)] = a
-
-    def looked_up_absent(self, parent: int, name: str) -> None:
-        """Keep that a lookup in a session's folder found no such name. (The folders kept
-        have no scratch names: those are only in entry folders, which are not kept.)"""
-        pkey = self.key(parent)
-        if not KINDS[pkey.kind].kept:
+        held = self._holding(pkey, [self.key(a.ino)] if a is not None else None)
+        if held is None or held.child(parent, name) is not None or held.lacks(parent, name):
             return
-        held = self._holding(pkey)
-        if held is not None and not held.lacks(parent, name) and held.room():
-            held.absent.add((parent, name))
+        if held.room():
+            if a is None:
+                held.absent.add((parent, name))
+            else:
+                held.found[(parent, name)] = a
 
     # -- answers kept past eviction (``kept``) -----------------------------------------------
 

@@ -15,9 +15,9 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
-import orjson
 import pytest
 
+from tests import damaged
 from tests.conftest import KANBAN, RECIPE, Mount, mounted, need, pi, wait_for
 
 LONG = 120  # bytes: a message this long is unlikely to be quoted by another
@@ -383,12 +383,12 @@ def test_a_big_conversation_reads_the_same_when_the_page_cache_lost_it(
     cache cannot answer makes its part again, byte for byte."""
     project = tmp_path / "--home-x-big--"
     project.mkdir()
-    lines = [orjson.dumps(HEADER_BIG)]
+    lines = [damaged.line(damaged.HEADER)]
     for i in range(2500):
         text = f"message {i:05d} " + "lorem ipsum dolor " * 220
         parent = f"{i - 1:08x}" if i else None
-        lines.append(orjson.dumps(big_user(f"{i:08x}", parent, text, i)))
-    (project / "big.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+        lines.append(damaged.line(damaged.user(f"{i:08x}", parent, text, i)))
+    (project / "big.jsonl").write_bytes(b"".join(lines))
     with mounted(tmp_path, "--debug") as m:
         (session,) = set((m.path / "home-x-big").iterdir()) - {m.path / "home-x-big/latest"}
         conv = session / "conversation.md"
@@ -407,22 +407,3 @@ def test_a_big_conversation_reads_the_same_when_the_page_cache_lost_it(
         assert out.stdout == b"1\n"
     assert m.proc.returncode == 0 and "Traceback" not in m.log_text()
 
-
-HEADER_BIG = {
-    "type": "session",
-    "version": 3,
-    "id": "0b1d0b1d-0000-4000-8000-000000000000",
-    "timestamp": "2026-11-20T10:00:00.000Z",
-    "cwd": "/home/x/big",
-}
-
-
-def big_user(eid: str, parent: str | None, text: str, i: int) -> dict[str, object]:
-    ts = f"2026-11-20T{10 + i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}.000Z"
-    return {
-        "type": "message",
-        "id": eid,
-        "parentId": parent,
-        "timestamp": ts,
-        "message": {"role": "user", "content": text, "timestamp": 0},
-    }
