@@ -7,6 +7,7 @@ computed once and cached forever.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -133,10 +134,16 @@ def iso_ms(ms: int) -> str:
 _YEAR_10000_MS = 253_402_300_800_000
 
 
+@functools.lru_cache(maxsize=512)
+def _utc_minute(minute: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:", time.gmtime(minute * 60))
+
+
 def utc_clock(ms: int) -> str:
     """Unix ms as ``2026-03-02 09:14:05`` (UTC, to the second); "" outside a Date's range."""
-    if 0 <= ms < _YEAR_10000_MS:  # the C library's, twice as fast (two per entry rendered)
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms // 1000))
+    if 0 <= ms < _YEAR_10000_MS:  # two per entry rendered: a session's are minutes apart
+        sec = ms // 1000
+        return f"{_utc_minute(sec // 60)}{sec % 60:02d}"
     try:
         iso = iso_ms(ms)
     except ValueError:

@@ -625,14 +625,15 @@ class View:
         key = self.key(ino)
         return KINDS[key.kind].content(self, key)
 
-    def rendered(self, s: Loaded, key: Key) -> Rendered:
-        """An entry's message file and its images, from one parse, kept in a byte-capped LRU."""
+    def rendered(self, s: Loaded, key: Key, d: dict[str, Any] | None = None) -> Rendered:
+        """An entry's message file and its images, from one parse (``d``, when the caller
+        has it), kept in a byte-capped LRU."""
         hit = self._cache.get(key)
         if hit is not None:
             self._cache.move_to_end(key)
             return hit
         e = self.entry(s, key.eid)
-        d = s.parsed(e)
+        d = s.parsed(e) if d is None else d
         return self._keep(key, (render.render(d, self.context(s, e, d)), render.images(d)))
 
     def context(self, s: Loaded, e: Entry, d: dict[str, Any]) -> render.Context:
@@ -692,10 +693,10 @@ class View:
 
     # -- one-file views ---------------------------------------------------------------------
 
-    def piece(self, s: Loaded, e: Entry) -> onefile.Piece:
-        """What a one-file view shows of entry ``e``."""
+    def piece(self, s: Loaded, e: Entry, d: dict[str, Any] | None = None) -> onefile.Piece:
+        """What a one-file view shows of entry ``e`` (parsed as ``d``, when the caller has it)."""
         if not e.numbered:
-            d = s.parsed(e)
+            d = s.parsed(e) if d is None else d
             if e.type == "context_edit":  # what the model stops seeing, said in full
                 target = d.get("targetId")
                 name = self.file_of(s, target, e) if isinstance(target, str) else None
@@ -703,7 +704,7 @@ class View:
             return onefile.Piece(e, 0, b"", (), render.preview(d), render.note_detail(d))
         num = s.index.num.get(e.id, 0)
         key = Key("msg", s.path, s.epoch, e.id)
-        body, images = self.rendered(s, key)
+        body, images = self.rendered(s, key, d)
         width = render.number_width(num)  # its folder's: the entry is the last file there
         kind = e.kind or "message"
         names = [
@@ -760,11 +761,16 @@ class View:
         with conv.lock:
             entries = s.parser.entries  # complete lines only: a torn tail may still change
             if conv.done < len(entries):
-                # Not summary.previews: that parses every entry for tree.txt's rows, and a
-                # note is needed only for the entries that take no number.
                 problems = [*s.parser.problems, *s.index.problems]
-                conv.add(entries, problems, self._numbers(s), self._pieces(s))
+                conv.add(entries, problems, self._numbers(s), self._first_pieces(s))
             return conv.size
+
+    def _first_pieces(self, s: Loaded) -> Callable[[Entry], onefile.Piece]:
+        """Pieces for entries conversation.md shows for the first time: each line is parsed
+        once for them and for tree.txt's previews and session.json's stats (the listing that
+        renders one renders the others)."""
+        made = summary.previews_of(s)
+        return lambda e: self.piece(s, e, made.offer(s, e))
 
     @staticmethod
     def conversation(s: Loaded) -> onefile.Conversation:

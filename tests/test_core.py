@@ -9,6 +9,7 @@ import logging
 import os
 import random
 import re
+import time
 from pathlib import Path
 
 import orjson
@@ -422,3 +423,55 @@ def test_a_big_conversation_is_held_in_part_and_reads_the_same_anywhere(
     assert conv.held() < (512 << 10) + packed + 8 * onefile.GROUP_BYTES
     said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(said) == 2 and all("malformed-json" in m for m in said), said
+
+
+def test_utc_clock_is_the_c_librarys_to_the_second() -> None:
+    from pisessfs.model import utc_clock
+
+    rng = random.Random(8)
+    edges = [0, 999, 59_999, 60_000, 86_399_999, 951_782_400_000, 253_402_300_799_999]
+    for ms in edges + [rng.randrange(253_402_300_800_000) for _ in range(20_000)]:
+        want = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms // 1000))
+        assert utc_clock(ms) == want, ms
+    assert utc_clock(-1) == "1969-12-31 23:59:59"  # before 1970: Pi's Date still shows it
+    assert utc_clock(253_402_300_800_000) == "+010000-01-01 00:00:00"  # as a JS Date
+
+
+def test_each_line_is_decoded_once_for_all_whole_session_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """conversation.md, rendered first (a listing does), makes tree.txt's previews and
+    session.json's stats from its own parses: the same bytes as when each is made alone."""
+    from pisessfs.jsonl import decode_line
+    from tests.conftest import fixture_files
+
+    decoded = [0]
+
+    def counting(raw: bytes, deep: bool = True) -> object:
+        decoded[0] += 1
+        return decode_line(raw, deep)
+
+    monkeypatch.setattr("pisessfs.sessions.decode_line", counting)
+    for n, f in enumerate(fixture_files()):
+        (tmp_path / str(n)).mkdir()
+        path = str(tmp_path / str(n) / f.name)
+        path_b = str(tmp_path / str(n) / ("b-" + f.name))
+        for p in (path, path_b):
+            Path(p).write_bytes(f.read_bytes())
+        together = View(Store(str(tmp_path)))
+        s = together.up_to_date(path)
+        lines = len(s.parser.entries)
+        decoded[0] = 0
+        together._render(s, "conv")
+        assert decoded[0] <= lines, f.name  # every line once at most (cached files: fewer)
+        decoded[0] = 0
+        together._render(s, "tree")
+        together._render(s, "json")
+        # (a leaf's folder name is made from its own text, once per leaf)
+        assert decoded[0] <= len(s.index.all_leaves()) < lines, f.name
+        alone = View(Store(str(tmp_path)))
+        s_b = alone.up_to_date(path_b)
+        for kind in ("json", "tree"):
+            alone._render(s_b, kind)
+            got, want = s.memo[kind][1], s_b.memo[kind][1]
+            assert got.replace(b"b-", b"") == want.replace(b"b-", b""), (f.name, kind)
