@@ -32,6 +32,17 @@ KEPT_ANSWERS = 4096
 
 
 @dataclass(slots=True)
+class Fork:
+    """A fork's ``parent`` link, which the mount decides, not the file: the parent file its
+    header names, the link its folder answered (None: none shown), and when that was last
+    found to hold (``time.monotonic``)."""
+
+    named: str
+    link: str | None
+    checked: float
+
+
+@dataclass(slots=True)
 class Answers:
     """What the nodes of one session answered, for the file as ``ident`` says it was."""
 
@@ -45,6 +56,7 @@ class Answers:
     # Names looked up that the folder does not have (those no such folder ever has, .git
     # and rg's ignore files, the kernel is told to remember: ``NodeKind.never``).
     absent: set[tuple[int, str]] = field(default_factory=set)
+    fork: Fork | None = None  # a fork's: what its parent link answered
     count: int = 0
 
     def room(self, n: int = 1) -> bool:
@@ -82,15 +94,22 @@ class Kept:
         self._by_path.move_to_end(path)
         return a
 
-    def of(self, path: str, ident: Identity) -> Answers:
+    def of(self, path: str, ident: Identity, fork: Fork | None = None) -> Answers:
         """The answers being gathered for ``path`` as the file ``ident`` (new ones when the
-        file changed since the last were gathered)."""
+        file changed since the last were gathered, or a fork's parent link did)."""
         a = self._by_path.get(path)
-        if a is None or a.ident != ident:
-            a = self._by_path[path] = Answers(ident)
+        if a is not None and a.ident == ident and _link(a.fork) == _link(fork):
+            if a.fork is not None and fork is not None:
+                a.fork.checked = max(a.fork.checked, fork.checked)
+        else:
+            a = self._by_path[path] = Answers(ident, fork=fork)
             while len(self._by_path) > self.limit:
                 self._by_path.popitem(last=False)
         return a
 
     def drop(self, path: str) -> None:
         self._by_path.pop(path, None)
+
+
+def _link(fork: Fork | None) -> tuple[str, str | None] | None:
+    return None if fork is None else (fork.named, fork.link)

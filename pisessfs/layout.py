@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from .errors import IsADir, NotADir, NotALink, NotFound
 from .handles import Snapshot
+from .kept import Fork
 from .names import VIEW_SUFFIX, id_name, utf8
 from .render import message_of
 from .sessions import Loaded, SessionFile, Work
@@ -205,10 +206,6 @@ class Session(NodeKind):
 
     def never(self, name: str) -> bool:
         return name.startswith(".") and name != RAW
-
-    def holds(self, v: View, s: Loaded, key: Key) -> bool:
-        # A fork's parent may come into the mount later: its listing is not kept.
-        return named_parent(s) is None
 
     def child(self, v: View, key: Key, name: str) -> Key:
         kind = SESSION_NAMES.get(name) or ("jsonl" if name == RAW else None)
@@ -542,11 +539,7 @@ class Latest(_FreeLink):
 class Parent(_Link):
     """``parent``: the session this one was forked from, when it is a session of the mount."""
 
-    name = "parent"
-    kept = False  # the parent may come into the mount, or leave it
-
-    def holds(self, v: View, s: Loaded, key: Key) -> bool:
-        return False
+    name = "parent"  # (kept with the link it answered: ``kept.Fork``)
 
     def path(self, v: View, s: Loaded, key: Key) -> str:
         target = parent_of(v, s)
@@ -568,9 +561,31 @@ def parent_of(v: View, s: Loaded) -> str | None:
     if hit is not None and time.monotonic() - hit[0] < PARENT_TTL:
         known: str | None = hit[1]  # every lookup in the folder asks: no walk of listings
         return known
-    found = _find_parent(v, s, parent)
+    found = _find_parent(v, s.path, parent)
     s.memo["parent"] = (time.monotonic(), found)
     return found
+
+
+def fork_of(v: View, s: Loaded) -> Fork | None:
+    """What a fork's folder answers of its parent now, to keep with its other answers."""
+    named = named_parent(s)
+    if named is None:
+        return None
+    link = parent_of(v, s)
+    return Fork(named, link, s.memo["parent"][0])  # (as old as the link it answered)
+
+
+def fork_holds(v: View, path: str, fork: Fork) -> bool:
+    """Whether the parent link kept for dropped fork ``path`` is still the mount's answer:
+    looked for again (in the store's listings, without the fork) once ``PARENT_TTL`` passed,
+    as a live fork's is."""
+    now = time.monotonic()
+    if now - fork.checked < PARENT_TTL:
+        return True
+    if _find_parent(v, path, fork.named) != fork.link:
+        return False
+    fork.checked = now
+    return True
 
 
 def named_parent(s: Loaded) -> str | None:
@@ -585,18 +600,18 @@ def named_parent(s: Loaded) -> str | None:
 PARENT_TTL = 10.0  # seconds a parent link (or its absence) is trusted: the parent may come
 
 
-def _find_parent(v: View, s: Loaded, parent: str) -> str | None:
+def _find_parent(v: View, path: str, parent: str) -> str | None:
     root = v.store.root
     parent = posixpath.normpath(parent)
     tail = parent.split("/")[-2:]
     candidates = [posixpath.join(root, *tail), posixpath.join(root, tail[-1])]
     if parent.startswith(root + "/"):
         candidates.insert(0, parent)
-    here = v.store.shown_path(s.path)
+    here = v.store.shown_path(path)
     if here is None:
         return None
-    for path in candidates:
-        there = v.store.shown_path(path) if path != s.path else None
+    for candidate in candidates:
+        there = v.store.shown_path(candidate) if candidate != path else None
         if there is not None:
             return posixpath.relpath(there, here)
     return None

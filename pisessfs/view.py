@@ -56,7 +56,7 @@ from .errors import (
 )
 from .handles import ConvSnapshot, FileSnapshot, Later, Snapshot
 from .kept import Answers, Kept
-from .layout import KINDS, WHOLE_KINDS, Request
+from .layout import KINDS, WHOLE_KINDS, Request, fork_holds, fork_of
 from .model import Entry
 from .names import id_name, name_id, utf8
 from .scratch import Node, Overlay
@@ -897,7 +897,7 @@ class View:
         for k in [key, *(children or ())]:
             if k.path != key.path or not KINDS[k.kind].holds(self, s, k):
                 return None
-        return self._kept.of(key.path, s.ident)
+        return self._kept.of(key.path, s.ident, fork_of(self, s))
 
     def kept(self, ino: int) -> Answers | None:
         """What a node of a session the parse cache dropped answered, when its file is still
@@ -912,7 +912,11 @@ class View:
             ident = Identity.of(sf.stat())
         except Unreadable:
             return None  # the session answers that itself
-        return self._kept.get(key.path, ident)
+        held = self._kept.get(key.path, ident)
+        if held is not None and held.fork is not None and not fork_holds(self, key.path, held.fork):
+            self._kept.drop(key.path)  # its parent came or went: the fork answers again
+            return None
+        return held
 
     def kept_attr(self, ino: int) -> Attr | None:
         held = self.kept(ino)

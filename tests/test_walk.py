@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests import damaged
-from tests.conftest import KANBAN, RECIPE, Mount, mounted, need, pi, wait_for
+from tests.conftest import FORK, KANBAN, RECIPE, Mount, mounted, need, pi, wait_for
 
 LONG = 120  # bytes: a message this long is unlikely to be quoted by another
 
@@ -136,8 +136,8 @@ def test_every_branch_view_has_its_exact_size(mount: Mount) -> None:
 
 
 def forks(sessions: Path) -> set[str]:
-    """The session files whose header names a parent session (their folder may come to
-    show a ``parent`` link, so what it lists is not kept when they are dropped)."""
+    """The session files whose header names a parent session (their folder shows a
+    ``parent`` link while the parent is in the mount)."""
     out = set()
     for f in sessions.rglob("*.jsonl"):
         with f.open("rb") as fh:
@@ -209,7 +209,7 @@ def test_walks_over_more_sessions_than_the_cache_holds_parse_them_once(
         forget_names()
         assert listed(m.path) == names
         again = read_whole(m.log_text())[len(first) :]
-        assert set(again) <= forks(sessions), again  # the others were not parsed again
+        assert forks(sessions) and again == []  # none was parsed again, forks neither
         assert walk() == expected  # and the bytes are the same, from the cache or not
 
         # rg asks every folder it enters for .git, .ignore, .rgignore and .gitignore: each of
@@ -225,7 +225,7 @@ def test_walks_over_more_sessions_than_the_cache_holds_parse_them_once(
         before = len(read_whole(m.log_text()))
         assert rg() == hits
         again = read_whole(m.log_text())[before:]
-        assert set(again) <= forks(sessions), again
+        assert again == []
         # Another name a dropped session's folder does not have is kept as such: asked again
         # (the kernel asks each time), it parses nothing.
         missing = [m.path / RECIPE / "nodes" / "no-such-id", m.path / KANBAN / "no-such-name"]
@@ -249,6 +249,44 @@ def test_walks_over_more_sessions_than_the_cache_holds_parse_them_once(
 
             wait_for(has_it, 5, f"{new} in {name}")
             assert os.stat(shows).st_size == len(shows.read_bytes()), name
+    assert m.proc.returncode == 0 and "Traceback" not in m.log_text()
+
+
+def test_a_dropped_forks_listing_follows_its_parent_in_and_out_of_the_mount(
+    sessions: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork's folder shows ``parent`` while the session it came from is in the mount.
+    What a dropped fork's folder lists is kept like any session's (forks were parsed again
+    at every walk), with the parent link it answered: once that is no longer the mount's
+    answer, the fork answers again."""
+    monkeypatch.setenv("PISESSFS_TEST_MIN_IDLE", "0")
+    with mounted(sessions, "--cache-mb", "0", "--debug") as m:
+        fork, parent = m.path / FORK, m.path / RECIPE
+        real_parent = Path(os.getxattr(parent, "user.pi.file").decode())
+        real_fork = os.getxattr(fork, "user.pi.file").decode()
+
+        def drop_fork() -> None:
+            # another session used (its attributes are asked of it): with no cache, the
+            # fork is dropped
+            os.getxattr(m.path / KANBAN, "user.pi.session")
+
+        assert "parent" in os.listdir(fork)
+        drop_fork()
+        forget_names()
+        before = len(read_whole(m.log_text()))
+        assert "parent" in os.listdir(fork)
+        assert real_fork not in read_whole(m.log_text())[before:]  # answered as kept
+        away = tmp_path / real_parent.name
+        real_parent.rename(away)  # out of the mount
+
+        def shows_parent() -> bool:
+            drop_fork()
+            return "parent" in os.listdir(fork)
+
+        wait_for(lambda: not shows_parent(), 30, "the parent link gone with its parent")
+        away.rename(real_parent)
+        wait_for(shows_parent, 30, "the parent link back with its parent")
+        assert os.readlink(fork / "parent") == "../" + RECIPE.split("/")[1]
     assert m.proc.returncode == 0 and "Traceback" not in m.log_text()
 
 
