@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from .sessions import Identity
 
 if TYPE_CHECKING:
+    from .layout import Fork
     from .view import Attr
 
 #: Sessions whose answers are kept (least recently used dropped first); a few KiB each.
@@ -29,17 +30,6 @@ KEPT_SESSIONS = 50_000
 #: Answers kept per session at most (a name of a listing counts as one): a branchy session
 #: whose ``leaves/`` lists more is parsed again when walked.
 KEPT_ANSWERS = 4096
-
-
-@dataclass(slots=True)
-class Fork:
-    """A fork's ``parent`` link, which the mount decides, not the file: the parent file its
-    header names, the link its folder answered (None: none shown), and when that was last
-    found to hold (``time.monotonic``)."""
-
-    named: str
-    link: str | None
-    checked: float
 
 
 @dataclass(slots=True)

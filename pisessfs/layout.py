@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, ClassVar
 
 from .errors import IsADir, NotADir, NotALink, NotFound
 from .handles import Snapshot
-from .kept import Fork
 from .names import VIEW_SUFFIX, id_name, utf8
 from .render import message_of
 from .sessions import Loaded, SessionFile, Work
@@ -564,6 +563,17 @@ def parent_of(v: View, s: Loaded) -> str | None:
     found = _find_parent(v, s.path, parent)
     s.memo["parent"] = (time.monotonic(), found)
     return found
+
+
+@dataclass(slots=True)
+class Fork:
+    """A fork's ``parent`` link, which the mount decides, not the file (kept with a dropped
+    fork's answers): the parent file its header names, the link its folder answered (None:
+    none shown), and when that was last found to hold (``time.monotonic``)."""
+
+    named: str
+    link: str | None
+    checked: float
 
 
 def fork_of(v: View, s: Loaded) -> Fork | None:

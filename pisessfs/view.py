@@ -704,7 +704,8 @@ class View:
             return onefile.Piece(e, 0, b"", (), render.preview(d), render.note_detail(d))
         num = s.index.num.get(e.id, 0)
         key = Key("msg", s.path, s.epoch, e.id)
-        body, images = self.rendered(s, key, d)
+        # (a line whose id a later line took renders as the winner, as the entry folders do)
+        body, images = self.rendered(s, key, d if s.index.by_id.get(e.id) is e else None)
         width = render.number_width(num)  # its folder's: the entry is the last file there
         kind = e.kind or "message"
         names = [
