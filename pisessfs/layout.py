@@ -538,7 +538,7 @@ class Latest(_FreeLink):
 class Parent(_Link):
     """``parent``: the session this one was forked from, when it is a session of the mount."""
 
-    name = "parent"  # (kept with the link it answered: ``kept.Fork``)
+    name = "parent"  # (a dropped fork's answers hold with the link they gave: ``Fork``)
 
     def path(self, v: View, s: Loaded, key: Key) -> str:
         target = parent_of(v, s)

@@ -58,7 +58,8 @@ class Previews:
         """Entry ``e`` parsed for conversation.md, which shows the file's entries in the order
         this makes previews: when it is the next one here, its preview and stats are made
         from that parse, which is given back for the render (one decode of a line for both
-        files; it was a fifth of a cold walk's rendering). None when it is not the next."""
+        files, where a listing's renders decoded each line twice). None when it is not the
+        next."""
         with self.lock:
             entries = s.parser.entries
             i = self.done
