@@ -41,7 +41,7 @@ COMMANDS = ("mount", "umount", "demo", "status", "install-unit")
 # -o options: what they set, the kernel flags passed on, and those with nothing to do here
 # (mount(8) and mount.fuse3 pass some on: rw, nosuid, nodev, noexec with "user", dev, suid).
 OPTION_FLAGS = {"ro", "nonempty", "allow_other", "debug"}
-OPTION_VALUES = {"log", "cache_mb", "max_message_mb"}
+OPTION_VALUES = {"log", "cache_mb", "cache_idle", "max_message_mb"}
 KERNEL_FLAGS = {"nosuid", "nodev", "noexec"}
 IGNORED = {
     *("rw", "suid", "dev", "exec", "defaults", "auto", "noauto", "user", "users", "nouser"),
@@ -74,6 +74,7 @@ class Options:
     kernel: set[str] = field(default_factory=set)
     log: str | None = None
     cache_mb: int | None = None
+    cache_idle: float | None = None
     max_message_mb: float | None = None
 
 
@@ -97,7 +98,7 @@ def parse_options(values: list[str]) -> Options:
                 out.log = value
                 continue
             try:
-                number = float(value) if key == "max_message_mb" else int(value)
+                number = int(value) if key == "cache_mb" else float(value)
             except ValueError:
                 raise ValueError(f"mount option {raw}: not a number") from None
             setattr(out, key, number)
@@ -106,7 +107,8 @@ def parse_options(values: list[str]) -> Options:
     if unknown:
         raise ValueError(
             f"unknown mount option(s): {', '.join(unknown)} (pisessfs takes ro, nonempty, "
-            "allow_other, debug, log=FILE, cache_mb=N, max_message_mb=N, and mount's own)"
+            "allow_other, debug, log=FILE, cache_mb=N, cache_idle=S, max_message_mb=N, and mount's "
+            "own)"
         )
     return out
 
@@ -176,8 +178,8 @@ def _common(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="OPT",
         help="mount options, comma-separated: 'ro' read-only, 'nonempty' mount over a folder "
-        "that is not empty, allow_other, debug, log=FILE, cache_mb=N, max_message_mb=N "
-        "(mount's own, such as rw, nosuid, noauto, user, are accepted)",
+        "that is not empty, allow_other, debug, log=FILE, cache_mb=N, cache_idle=S, "
+        "max_message_mb=N (mount's own, such as rw, nosuid, noauto, user, are accepted)",
     )
     p.add_argument("--allow-other", action="store_true", help="let other users see the mount")
     p.add_argument("--debug", action="store_true", help="log every request")
@@ -187,6 +189,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="parsed sessions kept in memory, in MiB of session files (default 1024)",
+    )
+    p.add_argument(
+        "--cache-idle",
+        type=float,
+        metavar="S",
+        help="seconds a parsed session stays after its last use, even past the cap (default 5)",
     )
     p.add_argument(
         "--max-message-mb",
@@ -239,6 +247,7 @@ def _helper_args(argv: list[str]) -> argparse.Namespace:
         debug=False,
         debug_fuse=False,
         cache_mb=None,
+        cache_idle=None,
         max_message_mb=None,
         log=None,
         quiet=True,
@@ -264,6 +273,7 @@ def mount(args: argparse.Namespace) -> int:
         return _fail(why)
     try:  # pyfuse3 is imported only when mounting
         from .mount import MountError, MountOptions, run
+        from .sessions import MIN_IDLE
     except ImportError as err:
         if (err.name or "").startswith(__package__ or "pisessfs"):
             raise  # a fault of pisessfs itself, not of the FUSE install: show where
@@ -283,6 +293,9 @@ def mount(args: argparse.Namespace) -> int:
     except OSError as err:
         return _fail(f"cannot write the log in {err.filename}: {err.strerror} (--log FILE)")
     cache_mb = args.cache_mb if args.cache_mb is not None else o.cache_mb
+    idle = args.cache_idle if args.cache_idle is not None else o.cache_idle
+    if idle is not None and not 0 <= idle < float("inf"):
+        return _fail(f"--cache-idle {idle:g}: must be a number of seconds >= 0", 2)
     max_mb = args.max_message_mb if args.max_message_mb is not None else o.max_message_mb
     opts = MountOptions(
         sessions=str(sessions.resolve()),
@@ -291,6 +304,7 @@ def mount(args: argparse.Namespace) -> int:
         allow_other=allow_other,
         debug_fuse=args.debug_fuse,
         cache_mb=1024 if cache_mb is None else cache_mb,
+        cache_idle=MIN_IDLE if idle is None else idle,
         max_message_bytes=int((8 if max_mb is None else max_mb) * (1 << 20)),
         log_file=str(logfile) if logfile else None,
         flags=frozenset(o.kernel),

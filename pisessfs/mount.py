@@ -28,7 +28,7 @@ import trio
 from . import heap, status
 from .appender import Appender
 from .fuse_ops import Operations
-from .sessions import Store
+from .sessions import MIN_IDLE, Store
 from .view import View
 from .watch import Watcher
 from .watchdog import Guard
@@ -49,6 +49,7 @@ class MountOptions:
     allow_other: bool = False
     debug_fuse: bool = False
     cache_mb: int = 1024
+    cache_idle: float = MIN_IDLE
     max_message_bytes: int = 8 << 20
     log_file: str | None = None  # where the watchdog logs; None: the inherited stderr
     flags: frozenset[str] = frozenset()  # kernel mount flags asked for: nosuid, nodev, noexec
@@ -74,7 +75,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
     """Mount and serve until unmounted or signalled; ``ready`` is called once the mount is up.
 
     Raises MountError if mounting fails."""
-    store = Store(opts.sessions, cache_bytes=opts.cache_mb << 20)
+    store = Store(opts.sessions, cache_bytes=opts.cache_mb << 20, min_idle=opts.cache_idle)
     view = View(store)
     appender = Appender()
     ops = Operations(view, read_only=opts.read_only, cap=opts.max_message_bytes, put=appender.put)

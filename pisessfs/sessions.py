@@ -58,8 +58,8 @@ _WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
 # (32 MiB), so each chunk is its own mapping, given back to the system when parsed.
 _CHUNK = 40 << 20
 INLINE_BYTES = 512 << 10  # parsed on the event loop at a time (a few ms at most)
-#: Seconds a parsed session is kept past the cap after its last use (tests set it lower).
-MIN_IDLE = float(os.environ.get("PISESSFS_TEST_MIN_IDLE", "5"))
+#: Seconds a parsed session is kept past the cap after its last use (``--cache-idle``).
+MIN_IDLE = 5.0
 FREEZE_EVERY = 100_000  # appended entries after which the collector stops walking them
 
 Work = Callable[[], object]  # blocking work a step hands back, to run off the loop
@@ -637,10 +637,11 @@ def _aliases(listing: list[Listing], heads: dict[str, Head]) -> dict[str, Listin
 class Store:
     """The sessions root: discovery, the parsed-session cache and its byte cap."""
 
-    def __init__(self, root: str, cache_bytes: int = 1 << 30) -> None:
+    def __init__(self, root: str, cache_bytes: int = 1 << 30, min_idle: float = MIN_IDLE) -> None:
         self.files = Files(root)
         self.root = self.files.root
         self.cache_bytes = cache_bytes
+        self.min_idle = min_idle
         self._files: dict[str, SessionFile] = {}
         # path -> (bytes held, when last used), oldest first
         self._lru: OrderedDict[str, tuple[int, float]] = OrderedDict()
@@ -815,7 +816,7 @@ class Store:
 
     def touch(self, sf: SessionFile) -> None:
         """Mark ``sf`` recently used and drop others past the byte cap, oldest first, but
-        none used in the last :data:`MIN_IDLE` seconds: a session bigger than the cap (or a
+        none used in the last ``min_idle`` seconds: a session bigger than the cap (or a
         working set that is) stays while it is in use, instead of being parsed again and
         again."""
         now = time.monotonic()
@@ -828,7 +829,7 @@ class Store:
                 return  # the common case: no walk over every session, on every request
             for path in list(self._lru):
                 held, used = self._lru[path]
-                if self._total <= self.cache_bytes or now - used < MIN_IDLE:
+                if self._total <= self.cache_bytes or now - used < self.min_idle:
                     break
                 victim = self._files[path]
                 victim.evict()

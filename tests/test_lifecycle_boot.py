@@ -179,6 +179,9 @@ def test_the_helper_shape_takes_mounts_options_and_says_nothing(
     assert (bad.returncode, bad.stdout) == (2, "")
     assert bad.stderr.startswith("pisessfs: unknown mount option(s): compress (pisessfs takes ")
     assert bad.stderr.count("\n") == 1
+    bad = pisessfs(str(sessions), str(mnt), "-o", "cache_idle=-1", env=env)
+    said = "pisessfs: --cache-idle -1: must be a number of seconds >= 0\n"
+    assert (bad.returncode, bad.stderr) == (2, said)
     env = {k: v for k, v in env.items() if k != "XDG_STATE_HOME"} | {"HOME": "/nonexistent"}
     log = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".local/state/pisessfs"
     log /= cli.default_log(str(mnt)).name
@@ -479,6 +482,9 @@ def test_mount_options_are_parsed_as_mount_writes_them() -> None:
     )
     with pytest.raises(ValueError, match=r"^mount option cache_mb=lots: not a number$"):
         cli.parse_options(["cache_mb=lots"])
+    assert cli.parse_options(["cache_idle=0.5"]).cache_idle == 0.5
+    with pytest.raises(ValueError, match=r"^mount option cache_mb=1.5: not a number$"):
+        cli.parse_options(["cache_mb=1.5"])  # a number of MiB
     with pytest.raises(ValueError, match=r"^unknown mount option\(s\): ro=1, big_writes "):
         cli.parse_options(["ro=1,big_writes"])
 

@@ -183,9 +183,7 @@ def forget_names() -> None:
 DROP = "/proc/sys/vm/drop_caches"
 
 
-def test_walks_over_more_sessions_than_the_cache_holds_parse_them_once(
-    sessions: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_walks_over_more_sessions_than_the_cache_holds_parse_them_once(sessions: Path) -> None:
     """A year of sessions is bigger than the parse cache: each walk dropped every session
     before the next walk came back to it, and the next walk parsed and rendered them all
     again (150 s against 18 s for 1 GB). What a walk asks of a dropped session whose file is
@@ -194,8 +192,8 @@ def test_walks_over_more_sessions_than_the_cache_holds_parse_them_once(
     with mounted(sessions) as ref:
         expected = {p.relative_to(ref.path): data for p, data in walked(ref.path).items()}
         names = listed(ref.path)
-    monkeypatch.setenv("PISESSFS_TEST_MIN_IDLE", "0")  # drop at once what is over the cap
-    with mounted(sessions, "--cache-mb", "0", "--debug") as m:
+    # no cache, and what is over the cap is dropped at once
+    with mounted(sessions, "--cache-mb", "0", "--cache-idle", "0", "--debug") as m:
 
         def walk() -> dict[Path, bytes]:
             return {p.relative_to(m.path): data for p, data in walked(m.path).items()}
@@ -253,14 +251,13 @@ def test_walks_over_more_sessions_than_the_cache_holds_parse_them_once(
 
 
 def test_a_dropped_forks_listing_follows_its_parent_in_and_out_of_the_mount(
-    sessions: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sessions: Path, tmp_path: Path
 ) -> None:
     """A fork's folder shows ``parent`` while the session it came from is in the mount.
     What a dropped fork's folder lists is kept like any session's (forks were parsed again
     at every walk), with the parent link it answered: once that is no longer the mount's
     answer, the fork answers again."""
-    monkeypatch.setenv("PISESSFS_TEST_MIN_IDLE", "0")
-    with mounted(sessions, "--cache-mb", "0", "--debug") as m:
+    with mounted(sessions, "--cache-mb", "0", "--cache-idle", "0", "--debug") as m:
         fork, parent = m.path / FORK, m.path / RECIPE
         real_parent = Path(os.getxattr(parent, "user.pi.file").decode())
         real_fork = os.getxattr(fork, "user.pi.file").decode()
@@ -290,14 +287,11 @@ def test_a_dropped_forks_listing_follows_its_parent_in_and_out_of_the_mount(
     assert m.proc.returncode == 0 and "Traceback" not in m.log_text()
 
 
-def test_after_a_walk_the_daemon_gives_back_the_heap_it_freed(
-    sessions: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_after_a_walk_the_daemon_gives_back_the_heap_it_freed(sessions: Path) -> None:
     """glibc keeps what a walk's parses and renders freed, scattered among the caches: each
     walk after the kernel dropped its caches left the daemon 20 to 30 MiB bigger. Once the
     work is done, the daemon trims its heap."""
-    monkeypatch.setenv("PISESSFS_TEST_MIN_IDLE", "0")
-    with mounted(sessions, "--cache-mb", "0", "--debug") as m:
+    with mounted(sessions, "--cache-mb", "0", "--cache-idle", "0", "--debug") as m:
         walked(m.path)
         marker = "heap trimmed: "
 
@@ -385,13 +379,12 @@ def drop_pages() -> None:
 
 @pytest.mark.warns  # the ESTALE is said in the log
 def test_a_file_opened_from_kept_answers_that_changes_before_its_read_is_stale(
-    sessions: Path, monkeypatch: pytest.MonkeyPatch
+    sessions: Path,
 ) -> None:
     """tree.txt of a dropped session is opened with the size the kernel was told and no
     bytes; if the session file changes before the first read, that read answers ESTALE
     rather than bytes of another version. conversation.md only grows: it reads what it had."""
-    monkeypatch.setenv("PISESSFS_TEST_MIN_IDLE", "0")
-    with mounted(sessions, "--cache-mb", "0", "--debug") as m:
+    with mounted(sessions, "--cache-mb", "0", "--cache-idle", "0", "--debug") as m:
         folder = m.path / RECIPE
         before = {n: (folder / n).read_bytes() for n in ("tree.txt", "conversation.md")}
         listed(m.path)  # every session's answers kept
