@@ -14,11 +14,12 @@ no listing shows.
 
 from __future__ import annotations
 
+import math
 import os
 import posixpath
 import stat
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
 from .errors import IsADir, NotADir, NotALink, NotFound
@@ -553,49 +554,52 @@ def parent_of(v: View, s: Loaded) -> str | None:
     Pi writes the parent's absolute path. A sessions folder that was moved or copied (the
     demo's) keeps its layout, so the parent is also looked for by its project folder and file
     name below this root; nothing outside the root is ever looked at."""
-    parent = named_parent(s)
-    if parent is None:
-        return None
-    hit = s.memo.get("parent")
-    if hit is not None and time.monotonic() - hit[0] < PARENT_TTL:
-        known: str | None = hit[1]  # every lookup in the folder asks: no walk of listings
-        return known
-    found = _find_parent(v, s.path, parent)
-    s.memo["parent"] = (time.monotonic(), found)
-    return found
+    fork = _fork(v, s)
+    return None if fork is None else fork.link
 
 
 @dataclass(slots=True)
 class Fork:
-    """A fork's ``parent`` link, which the mount decides, not the file (kept with a dropped
-    fork's answers): the parent file its header names, the link its folder answered (None:
-    none shown), and when that was last found to hold (``time.monotonic``)."""
+    """A fork's ``parent`` link, which the mount decides, not the file: the parent file its
+    header names, the link its folder answers (None: none shown), and when that was looked
+    for last (``time.monotonic``). A live fork's is in its memo; a dropped fork's answers
+    keep a copy of the one they were given with."""
 
     named: str
     link: str | None
     checked: float
 
 
-def fork_of(v: View, s: Loaded) -> Fork | None:
-    """What a fork's folder answers of its parent now, to keep with its other answers."""
+def _fork(v: View, s: Loaded) -> Fork | None:
     named = named_parent(s)
     if named is None:
         return None
-    link = parent_of(v, s)
-    return Fork(named, link, s.memo["parent"][0])  # (as old as the link it answered)
+    fork: Fork | None = s.memo.get("parent")
+    if fork is None:
+        fork = s.memo["parent"] = Fork(named, None, -math.inf)
+    return _looked_for(v, s.path, fork)
+
+
+def _looked_for(v: View, path: str, fork: Fork) -> Fork:
+    """``fork`` with its link looked for again (in the store's listings, not in the fork)
+    once it is ``PARENT_TTL`` old: every lookup in the folder asks, and walks no listing."""
+    now = time.monotonic()
+    if now - fork.checked >= PARENT_TTL:
+        fork.link, fork.checked = _find_parent(v, path, fork.named), now
+    return fork
+
+
+def fork_of(v: View, s: Loaded) -> Fork | None:
+    """What a fork's folder answers of its parent now, to keep with its other answers."""
+    fork = _fork(v, s)
+    return None if fork is None else replace(fork)
 
 
 def fork_holds(v: View, path: str, fork: Fork) -> bool:
-    """Whether the parent link kept for dropped fork ``path`` is still the mount's answer:
-    looked for again (in the store's listings, without the fork) once ``PARENT_TTL`` passed,
-    as a live fork's is."""
-    now = time.monotonic()
-    if now - fork.checked < PARENT_TTL:
-        return True
-    if _find_parent(v, path, fork.named) != fork.link:
-        return False
-    fork.checked = now
-    return True
+    """Whether the parent link kept for dropped fork ``path`` is still the mount's answer,
+    as a live fork's link would be."""
+    link = fork.link
+    return _looked_for(v, path, fork).link == link
 
 
 def named_parent(s: Loaded) -> str | None:
