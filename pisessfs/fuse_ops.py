@@ -287,8 +287,8 @@ class Operations(pyfuse3.Operations):
         if self.editor.owns(fh):
             return self.editor.read(fh, off, size)
         snap = self._files[fh]
-        if isinstance(snap, v.Later) and snap.inner is None:
-            await self._ready(snap.ino)
+        if isinstance(snap, v.Later) and snap.inner is None and not self.view.unshelve(snap):
+            await self._ready(snap.ino)  # not on the shelf either: the session is parsed
             self.view.fill(snap)
         return await self._core(snap.read, off, size)  # (conversation.md: Busy to make a part)
 

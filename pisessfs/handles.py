@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import functools
 import os
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 
 from . import onefile
 from .errors import Busy
 from .sessions import Identity
+from .shelf import Packed
 
 INLINE_GROUP = 256 << 10  # bytes of conversation.md made again on the loop (more: a thread)
 
@@ -51,6 +53,30 @@ class Later(Snapshot):
     def close(self) -> None:
         if self.inner is not None:
             self.inner.close()
+
+
+class Unshelved(Snapshot):
+    """The first ``size`` bytes of a file shelved compressed, one part decompressed at a
+    time (the last one kept: the kernel reads in order)."""
+
+    def __init__(self, packed: Packed, size: int) -> None:
+        super().__init__(b"")
+        self.packed, self.size = packed, size
+        self._last: tuple[int, bytes] = (-1, b"")
+
+    def read(self, off: int, size: int) -> bytes:
+        end = min(off + size, self.size)
+        out: list[bytes] = []
+        while off < end:
+            index, start = self.packed.part(off)
+            if self._last[0] != index:
+                self._last = (index, zlib.decompress(self.packed.blobs[index]))
+            got = self._last[1][off - start : end - start]
+            if not got:
+                break
+            out.append(got)
+            off += len(got)
+        return b"".join(out)
 
 
 class ConvSnapshot(Snapshot):

@@ -246,6 +246,23 @@ class Conversation:
                 gone = self._hold(index, data)
         self._pack(gone)
 
+    def parts(self) -> list[tuple[int, bytes, bool]] | None:
+        """Every group's bytes from its offset, compressed (``True``) where held so, for the
+        shelf; None when a group is held in neither way (a big session's old groups)."""
+        with self._mu:
+            out: list[tuple[int, bytes, bool]] = []
+            last = len(self.groups) - 1
+            for index, g in enumerate(self.groups):
+                if index == last and self._open:
+                    out.append((g.offset, b"".join(self._open), False))
+                elif index in self._made:
+                    out.append((g.offset, self._made[index], False))
+                elif index in self._packed:
+                    out.append((g.offset, self._packed[index], True))
+                else:
+                    return None
+            return out
+
     def items(self, index: int) -> tuple[Group, list[range | bytes]]:
         """Group ``index`` and what it shows, to make it again."""
         with self._mu:

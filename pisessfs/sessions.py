@@ -39,6 +39,7 @@ from .files import Files, Unreadable
 from .heads import Head, private, read_head
 from .jsonl import Parser, Stats, decode_line
 from .model import Entry, Problem
+from .shelf import SHARE, Shelf
 from .tree import Index, NeedsRebuild
 
 log = logging.getLogger(__name__)
@@ -570,6 +571,9 @@ class SessionFile:
             self.loaded = None
         finally:
             self.lock.release()
+        log.debug("%s: dropped from the parse cache", self.path)
+        if self.store.on_evict is not None:
+            self.store.on_evict(cur)
 
 
 @dataclass(frozen=True, slots=True)
@@ -650,6 +654,10 @@ class Store:
         self._heads: dict[str, Head] = {}  # session file -> its head: names fixed while mounted
         self._shown: dict[str, str] = {}  # path -> the name it was listed with
         self._lru_lock = threading.Lock()
+        # What a dropped session leaves behind, compressed, within the same cap; the view
+        # says what (``on_evict`` is called with the state just dropped).
+        self.shelf = Shelf(int(cache_bytes * SHARE))
+        self.on_evict: Callable[[Loaded], None] | None = None
 
     def _cached(self, folder: str, build: Callable[[], list[Listing]]) -> list[Listing]:
         """A folder's listing, scanned again only when the folder's mtime moved (a file or
@@ -795,6 +803,10 @@ class Store:
                 best, found = (mtime, item.name), item
         return found
 
+    def held(self) -> int:
+        """Bytes counted against the cap: the parsed sessions and the shelf."""
+        return self._total + self.shelf.bytes
+
     def loaded_paths(self) -> list[str]:
         return [p for p, sf in self._files.items() if sf.loaded is not None]
 
@@ -803,6 +815,7 @@ class Store:
 
     def forget(self, path: str) -> None:
         sf = self._files.get(path)
+        self.shelf.drop(path)
         if sf is not None:
             sf.forget()
             with self._lru_lock:
@@ -825,11 +838,11 @@ class Store:
             old = self._lru.pop(sf.path, (0, 0.0))[0]
             self._lru[sf.path] = (size, now)  # last: O(1), this runs on every request
             self._total += size - old
-            if self._total <= self.cache_bytes:
+            if self.held() <= self.cache_bytes:
                 return  # the common case: no walk over every session, on every request
             for path in list(self._lru):
                 held, used = self._lru[path]
-                if self._total <= self.cache_bytes or now - used < self.min_idle:
+                if self.held() <= self.cache_bytes or now - used < self.min_idle:
                     break
                 victim = self._files[path]
                 victim.evict()

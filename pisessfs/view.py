@@ -54,7 +54,7 @@ from .errors import (
     NotPermitted,
     ViewError,
 )
-from .handles import ConvSnapshot, FileSnapshot, Later, Snapshot
+from .handles import ConvSnapshot, FileSnapshot, Later, Snapshot, Unshelved
 from .kept import Answers, Kept
 from .layout import KINDS, WHOLE_KINDS, Request, fork_holds, fork_of
 from .model import Entry
@@ -162,6 +162,7 @@ class View:
         # Kernel caches to drop, drained by the adapter: (inode, None) or (parent, name).
         # (a deque: render threads add to it while the loop drains it)
         self.invalidations: deque[tuple[int, str | None]] = deque()
+        store.on_evict = self._shelve
 
     # -- inodes -----------------------------------------------------------------------------
 
@@ -954,6 +955,35 @@ class View:
             return None
         return Later(ino, held.ident, a.size)
 
+    def _shelve(self, s: Loaded) -> None:
+        """Session ``s`` was just dropped from the parse cache: offer its whole-session
+        files to the shelf as the kernel was told them, so that a read its page cache
+        cannot answer is not a parse (what is not made whole is not offered: a big
+        session's old groups of conversation.md)."""
+        ident, shelf = s.ident, self.store.shelf
+        if ident is None:
+            return
+        conv = s.memo.get("conversation")
+        if conv is not None and conv.done == len(s.parser.entries):
+            parts = conv.parts()
+            if parts is not None:
+                shelf.offer(s.path, ident, "conv", parts, conv.size)
+        for kind in WHOLE_KINDS:
+            hit = s.memo.get(kind)
+            if kind != "conv" and hit is not None and hit[0] == s.version:
+                shelf.offer(s.path, ident, kind, [(0, hit[1], False)], len(hit[1]))
+
+    def unshelve(self, later: Later) -> bool:
+        """Make the bytes of ``later`` from the shelf, when its file is there as the kernel
+        was told it (then its session is not parsed). False: :meth:`fill` must."""
+        key = self.key(later.ino)
+        packed = self.store.shelf.get(key.path, later.ident, key.kind)
+        if packed is None or packed.size != later.size:
+            return False
+        log.debug("%s of %s: read from the shelf", key.kind, key.path)
+        later.inner = Unshelved(packed, later.size)
+        return True
+
     def fill(self, later: Later) -> None:
         """Make the bytes of ``later`` (its session brought up to date by ``ready``).
         conversation.md only grows; the other files must be of the very file the kernel was
@@ -1038,6 +1068,7 @@ class View:
     def changed_session(self, path: str) -> None:
         """The session file changed: drop the kernel's view of what depends on the whole."""
         self._kept.drop(path)
+        self.store.shelf.drop(path)
         for kind in ("sess", "leaves", "current", "current.md", "jsonl", *WHOLE_KINDS):
             n = self._ino.get(Key(kind, path))
             if n is not None:

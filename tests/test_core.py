@@ -484,3 +484,75 @@ def test_each_line_is_decoded_once_for_all_whole_session_files(
             if e.numbered:  # (a line whose id a later line took shares its files)
                 shown = together.rendered(s, Key("msg", path, s.epoch, eid))
                 assert shown == alone.rendered(s_b, Key("msg", path_b, s_b.epoch, eid)), eid
+
+
+@pytest.mark.warns  # the broken line of the big session, and the damaged fixtures' problems
+def test_a_dropped_sessions_files_are_read_from_the_shelf_without_a_parse(tmp_path: Path) -> None:
+    """A session the parse cache drops leaves conversation.md, tree.txt and session.json
+    compressed on the shelf, within the cap: a read the kernel's page cache cannot answer
+    (a ``Later`` handle of kept answers) gets the same bytes without parsing it again; a
+    changed file gets none of them."""
+    from tests.conftest import fixture_files
+
+    folder = tmp_path / "--home-x--"
+    folder.mkdir()
+    (folder / "big.jsonl").write_bytes(big_chain(400, 1500))  # several groups of entries
+    for f in fixture_files():
+        (folder / f.name).write_bytes(f.read_bytes())
+    cap = 6 << 20  # a session or two parsed: each walked one drops the one before
+    store = Store(str(tmp_path), cache_bytes=cap, min_idle=0)
+    v = View(store)
+    proj = v.lookup(1, "home-x").ino
+    whole: dict[int, bytes] = {}
+    for name, a in v.children(proj):
+        if name == "latest":
+            continue
+        listing = dict(v.children(a.ino))  # renders the three; kept answers hold their sizes
+        for n in ("conversation.md", "tree.txt", "session.json"):
+            whole[listing[n].ino] = v.content(listing[n].ino)
+        store.shelf.settle()
+        assert store.held() <= cap
+    paths = {v.key(ino).path for ino in whole}
+    assert len(paths) == len(fixture_files()) + 1
+    parsed = set(store.loaded_paths())
+    dropped = paths - parsed
+    assert len(dropped) >= len(paths) - 2 and len(store.shelf) == len(dropped)
+    assert 0 < store.shelf.bytes < sum(map(len, whole.values())) / 3  # compressed
+    for ino, data in whole.items():
+        later = v.later(ino)
+        if v.key(ino).path not in dropped:
+            assert later is None  # (parsed: read from its session)
+            continue
+        assert later is not None and later.size == len(data)
+        assert v.unshelve(later)
+        assert later.read(0, len(data) + 1) == data
+        assert later.read(len(data) // 3, 70_000) == data[len(data) // 3 :][:70_000]
+    assert set(store.loaded_paths()) == parsed  # none parsed again
+    # a file that changed: its shelved files are not its own any more
+    big = str(folder / "big.jsonl")
+    assert big in dropped
+    ino = next(i for i in whole if v.key(i).path == big and v.key(i).kind == "conv")
+    later = v.later(ino)
+    assert later is not None
+    with open(big, "ab") as out:
+        out.write(line(user("ffffffff", "0000018f", "one more", 5)))
+    v.changed_session(big)  # what the watcher calls
+    assert store.shelf.get(big, later.ident, "conv") is None and not v.unshelve(later)
+
+
+def test_the_shelf_keeps_to_its_share_of_the_cap(tmp_path: Path) -> None:
+    """The shelf holds at most its share of the cap, the least recently used dropped."""
+    from pisessfs.sessions import Identity
+    from pisessfs.shelf import Shelf
+
+    shelf = Shelf(200_000)
+    rng = random.Random(3)
+    ident = Identity(1, 2, 3, 4, 5, 6, 7)
+    for i in range(20):
+        noise = bytes(rng.randrange(256) for _ in range(30_000))  # incompressible
+        assert shelf.offer(f"s{i}", ident, "conv", [(0, noise, False)], len(noise))
+    shelf.settle()
+    assert 150_000 < shelf.bytes <= 200_000 and len(shelf) < 20
+    assert shelf.get("s19", ident, "conv") is not None and shelf.get("s0", ident, "conv") is None
+    assert shelf.get("s19", Identity(1, 2, 3, 4, 5, 6, 8), "conv") is None  # another file
+    assert not Shelf(0).offer("s", ident, "conv", [(0, b"x", False)], 1)  # --cache-mb 0

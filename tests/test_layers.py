@@ -33,6 +33,7 @@ ORDER = [
     "scratch",
     "errors",
     "sessions",
+    "shelf",
     "heads",
     "files",
     "inotify",

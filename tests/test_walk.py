@@ -250,6 +250,50 @@ def test_walks_over_more_sessions_than_the_cache_holds_parse_them_once(sessions:
     assert m.proc.returncode == 0 and "Traceback" not in m.log_text()
 
 
+def logged(log: str, marker: str) -> set[str]:
+    """The session files the debug log says ``<path>: <marker>`` of."""
+    return {ln.split(": ")[1] for ln in log.splitlines() if f": {marker}" in ln}
+
+
+def test_a_walk_that_lost_its_pages_reads_dropped_sessions_from_the_shelf(
+    sessions: Path,
+) -> None:
+    """The kernel's page cache does not keep a walk's pages forever (memory pressure, or a
+    memory manager that pages out what was idle for a minute): every session whose pages
+    went was parsed and rendered again by the next walk. A session dropped from the parse
+    cache leaves its whole-session files compressed on the shelf, and a read the page
+    cache cannot answer is served from there."""
+    more = sessions / "--home-ana-src-big--"
+    more.mkdir()
+    for k in range(6):  # bigger than the cap together: walking them drops them
+        data = damaged.line({**damaged.HEADER, "id": f"big{k}"})
+        for i in range(300):
+            text = f"session {k} message {i} " + "a line of words to read " * 60
+            parent = f"{i - 1:08x}" if i else None
+            data += damaged.line(damaged.user(f"{i:08x}", parent, text, i))
+        (more / f"2026-11-20T10-00-0{k}_big{k}.jsonl").write_bytes(data)
+    with mounted(sessions, "--cache-mb", "2", "--cache-idle", "0", "--debug") as m:
+
+        def walk() -> dict[Path, bytes]:
+            return {p.relative_to(m.path): data for p, data in walked(m.path).items()}
+
+        expected = walk()
+        first = read_whole(m.log_text())
+        assert len(first) == len(set(first))  # each parsed once
+
+        def all_shelved() -> bool:
+            log = m.log_text()
+            return logged(log, "dropped") <= logged(log, "conv shelved")
+
+        wait_for(all_shelved, 10, "every dropped session's conversation.md on the shelf")
+        assert len(logged(m.log_text(), "dropped")) >= 6
+        drop_caches("1")  # every page of every file: the walk reads all again
+        assert walk() == expected
+        assert read_whole(m.log_text())[len(first) :] == []  # none parsed again
+        assert "read from the shelf" in m.log_text()
+    assert m.proc.returncode == 0 and "Traceback" not in m.log_text()
+
+
 def test_a_dropped_forks_listing_follows_its_parent_in_and_out_of_the_mount(
     sessions: Path, tmp_path: Path
 ) -> None:
