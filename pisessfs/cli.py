@@ -552,6 +552,8 @@ def _status_json(e: status.Entry, now: float) -> dict[str, object]:
         "read_only": r.read_only if r else None,
         "parsed": r.parsed if r else None,
         "parsed_bytes": r.parsed_bytes if r else None,
+        "shelved": r.shelved if r else None,
+        "shelved_bytes": r.shelved_bytes if r else None,
         "cache_bytes": r.cache_bytes if r else None,
         "rss": e.rss,
         "fresh": e.fresh,
@@ -580,7 +582,8 @@ def _status_text(e: status.Entry, now: float) -> str:
             (
                 "parsed",
                 f"{r.parsed} session{'' if r.parsed == 1 else 's'}, {_mib(r.parsed_bytes)} "
-                f"of files (cap {_mib(r.cache_bytes)}){age}",
+                f"of files; {r.shelved} shelved in {_mib(r.shelved_bytes)} "
+                f"(cap {_mib(r.cache_bytes)}){age}",
             )
         )
         rows.append(("memory", f"{_mib(e.rss)} resident" if e.rss is not None else "unknown"))

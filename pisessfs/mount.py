@@ -104,6 +104,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
             read_only=opts.read_only,
             cache_bytes=opts.cache_mb << 20,
             parsed=lambda: _parsed(store),
+            shelved=lambda: (len(store.shelf), store.shelf.bytes),
         )
         state.write()
         if ready is not None:

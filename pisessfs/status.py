@@ -135,6 +135,8 @@ class Record:
     parsed: int  # sessions parsed and held in memory
     parsed_bytes: int  # ... their size as session files
     cache_bytes: int  # the cap of that
+    shelved: int = 0  # dropped sessions whose files are kept compressed (``shelf``)
+    shelved_bytes: int = 0  # ... what they take (counted against the cap too)
     version: str = __version__
     format: int = FORMAT
 
@@ -167,11 +169,12 @@ class Writer:
         read_only: bool,
         cache_bytes: int,
         parsed: Callable[[], tuple[int, int]],
+        shelved: Callable[[], tuple[int, int]] = lambda: (0, 0),
     ) -> None:
         here = mountpoint.top(mnt)
         pid = os.getpid()
         now = time.time()
-        self.parsed = parsed
+        self.parsed, self.shelved = parsed, shelved
         self.record = Record(
             pid=pid,
             start_ticks=start_ticks(pid) or 0,
@@ -196,6 +199,7 @@ class Writer:
         rec = self.record
         try:
             rec.parsed, rec.parsed_bytes = self.parsed()
+            rec.shelved, rec.shelved_bytes = self.shelved()
         except Exception:  # the numbers are a courtesy: the file is still written
             log.debug("counting parsed sessions failed", exc_info=True)
         rec.updated = time.time()

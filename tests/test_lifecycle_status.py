@@ -113,6 +113,7 @@ def test_status_lists_two_mounts_with_their_fields(
         assert ea["log"] == str(cli.default_log(str(a))) and eb["log"] == str(b_log)
         assert (ea["read_only"], eb["read_only"]) == (False, True)
         assert ea["parsed"] >= 1 and ea["parsed_bytes"] > 0 and eb["parsed"] == 0
+        assert ea["shelved"] == eb["shelved"] == 0 and ea["shelved_bytes"] == 0  # none dropped
         assert ea["fresh"] and eb["fresh"]  # both answered the request for fresh numbers
         for e in (ea, eb):
             assert 0 <= e["uptime"] <= time.time() - started + 1
@@ -126,6 +127,7 @@ def test_status_lists_two_mounts_with_their_fields(
             assert lines[2].startswith(f"  pid       {e['pid']}, up ")
             assert lines[3] == f"  log       {e['log']}"
             assert lines[4].startswith(f"  parsed    {e['parsed']} session")
+            assert f"; {e['shelved']} shelved in " in lines[4]
             assert lines[5].startswith("  memory    ") and lines[5].endswith(" MiB resident")
         assert len(status_files(env)) == 2
     got = status_json(env)

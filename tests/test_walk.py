@@ -19,6 +19,7 @@ import pytest
 
 from tests import damaged
 from tests.conftest import FORK, KANBAN, RECIPE, Mount, mounted, need, pi, wait_for
+from tests.test_lifecycle_status import status_json
 
 LONG = 120  # bytes: a message this long is unlikely to be quoted by another
 
@@ -287,6 +288,8 @@ def test_a_walk_that_lost_its_pages_reads_dropped_sessions_from_the_shelf(
 
         wait_for(all_shelved, 10, "every dropped session's conversation.md on the shelf")
         assert len(logged(m.log_text(), "dropped")) >= 6
+        mine = status_json(os.environ.copy())[str(m.path)]  # pisessfs status says so
+        assert mine["shelved"] >= 6 and 0 < mine["shelved_bytes"] <= 1 << 20  # half the cap
         drop_caches("1")  # every page of every file: the walk reads all again
         assert walk() == expected
         assert read_whole(m.log_text())[len(first) :] == []  # none parsed again
