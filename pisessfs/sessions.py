@@ -567,13 +567,13 @@ class SessionFile:
         if not self.lock.acquire(blocking=False):
             return  # a thread is reading it whole: it stays until the next pass
         try:
+            if self.store.on_evict is not None:
+                self.store.on_evict(cur)  # (while it is still the file's state)
             self._fingerprint = (cur.ident, zlib.crc32(cur.window))
             self.loaded = None
         finally:
             self.lock.release()
         log.debug("%s: dropped from the parse cache", self.path)
-        if self.store.on_evict is not None:
-            self.store.on_evict(cur)
 
 
 @dataclass(frozen=True, slots=True)
@@ -655,7 +655,7 @@ class Store:
         self._shown: dict[str, str] = {}  # path -> the name it was listed with
         self._lru_lock = threading.Lock()
         # What a dropped session leaves behind, compressed, within the same cap; the view
-        # says what (``on_evict`` is called with the state just dropped).
+        # says what (``on_evict`` is called with the state about to be dropped).
         self.shelf = Shelf(int(cache_bytes * SHARE))
         self.on_evict: Callable[[Loaded], None] | None = None
 

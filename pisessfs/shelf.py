@@ -8,8 +8,8 @@ then parsed and rendered every session whose pages went (103 s against 16 s for 
 sessions). Rendered text compresses to about a third, so this module keeps it: when a session
 is dropped, the view offers its ``conversation.md``, ``tree.txt`` and ``session.json`` as they
 were told to the kernel, tied to the identity of the file they were made from; a read the
-page cache cannot answer is then served from here by decompressing a part (64 KiB in about
-0.3 ms) instead of parsing the session.
+page cache cannot answer is then served from here by decompressing a part (at most 128 KiB,
+well under a millisecond) instead of parsing the session.
 
 The shelf shares the parse cache's byte cap (the store counts it) and holds at most
 :data:`SHARE` of it, least recently used dropped first. Compression runs in a thread of its

@@ -56,12 +56,13 @@ from .errors import (
 )
 from .handles import ConvSnapshot, FileSnapshot, Later, Snapshot, Unshelved
 from .kept import Answers, Kept
-from .layout import KINDS, WHOLE_KINDS, Request, fork_holds, fork_of
+from .layout import KINDS, RAW, WHOLE_KINDS, Request, fork_holds, fork_of
 from .model import Entry
-from .names import id_name, name_id, utf8
+from .names import VIEW_SUFFIX, id_name, name_id, utf8
 from .scratch import Node, Overlay
 from .sessions import (
     INLINE_BYTES,
+    RENDERED,
     YIELD,
     Identity,
     Listing,
@@ -155,6 +156,7 @@ class View:
         self._cache_bytes = 0
         self._cache_cap = render_cache_bytes
         self._kept = Kept()  # what sessions the parse cache dropped answered (``kept``)
+        self._evicting: Loaded | None = None  # the session being dropped (``_evicted``)
         self.overlays: dict[Key, Overlay] = {}  # entry folder -> its scratch layer
         self.nodes: dict[int, Node] = {}  # scratch inode -> node
         self._serial = 0
@@ -162,7 +164,7 @@ class View:
         # Kernel caches to drop, drained by the adapter: (inode, None) or (parent, name).
         # (a deque: render threads add to it while the loop drains it)
         self.invalidations: deque[tuple[int, str | None]] = deque()
-        store.on_evict = self._shelve
+        store.on_evict = self._evicted
 
     # -- inodes -----------------------------------------------------------------------------
 
@@ -390,7 +392,9 @@ class View:
         sf = self.store.session(key.path)
         s = sf.loaded
         fixed = KINDS[key.kind].immutable
-        if s is None or not (self.defer or (fixed and s.epoch == key.epoch)):
+        if s is not None and s is self._evicting:
+            pass  # it answers as it is while it is dropped (its lock is held: no step)
+        elif s is None or not (self.defer or (fixed and s.epoch == key.epoch)):
             self._settle(sf.step)  # the adapter asks ready() first; tests and scripts do not
             s = sf.loaded
             assert s is not None
@@ -770,9 +774,28 @@ class View:
     def _first_pieces(self, s: Loaded) -> Callable[[Entry], onefile.Piece]:
         """Pieces for entries conversation.md shows for the first time: each line is parsed
         once for them and for tree.txt's previews and session.json's stats (the listing that
-        renders one renders the others)."""
+        renders one renders the others), and each piece gives its branch view's size."""
         made = summary.previews_of(s)
-        return lambda e: self.piece(s, e, made.offer(s, e))
+        sizes: dict[str, int] = s.memo.setdefault("branch_sizes", {})
+
+        def piece(e: Entry) -> onefile.Piece:
+            p = self.piece(s, e, made.offer(s, e))
+            self._sized(s, e, p, sizes)
+            return p
+
+        return piece
+
+    @staticmethod
+    def _sized(s: Loaded, e: Entry, p: onefile.Piece, sizes: dict[str, int]) -> None:
+        """Keep the size of ``nodes/<id>.md`` of entry ``e`` (``p``: its piece), when its
+        parent's is known (file order: nearly always). ``rg`` stats where every link of a
+        walk leads: without these, each branch's entries were rendered again for it."""
+        if e.id in sizes or s.index.by_id.get(e.id) is not e:
+            return  # (a line whose id a later line took: its branch is the winner's)
+        parent = s.index.parent.get(e.id)
+        if parent is None or parent in sizes:
+            base = sizes[parent] if parent is not None else 0
+            sizes[e.id] = base + len(onefile.block(p, "../nodes/" + id_name(e.id)))
 
     @staticmethod
     def conversation(s: Loaded) -> onefile.Conversation:
@@ -955,11 +978,49 @@ class View:
             return None
         return Later(ino, held.ident, a.size)
 
+    def _evicted(self, s: Loaded) -> None:
+        """Session ``s`` is about to be dropped from the parse cache (it is still its
+        state, under its lock): what a walk will ask of it again is kept without it."""
+        self._evicting = s
+        try:
+            self._shelve(s)
+            self._keep_links(s)
+        finally:
+            self._evicting = None
+
+    def _keep_links(self, s: Loaded) -> None:
+        """Keep, with the session's answers, what ``rg`` asks of its links and of where
+        they lead, which ``grep -r`` never asks (the first rg after a grep parsed every
+        dropped session again, and rendered every branch): the target of each link its
+        folders listed (a fork's ``parent`` is checked at each use, as ever),
+        ``.session.jsonl``, and the folder and one-file view in ``nodes/`` of each listed
+        leaf and of the resume leaf, of the sizes conversation.md's render gave (nothing
+        is rendered here)."""
+        held = self._kept.get(s.path, s.ident) if s.ident is not None else None
+        if held is None:
+            return
+        for names in list(held.listings.values()):
+            for a in names.values():
+                if stat.S_ISLNK(a.mode) and a.ino not in held.links and held.room():
+                    held.links[a.ino] = KINDS[a.key.kind].target(self, a.key)
+        wanted = [(Key("sess", s.path), RAW, Key("jsonl", s.path))]
+        sizes = s.memo.get("branch_sizes") or {}
+        leaves = set(self.listed(s))
+        if s.index.resume is not None:
+            leaves.add(s.index.resume)
+        for leaf in leaves & sizes.keys():
+            name = id_name(leaf)
+            for kind, shown in (("branch", name + VIEW_SUFFIX), ("edir", name)):
+                wanted.append((Key("nodes", s.path), shown, Key(kind, s.path, s.epoch, leaf)))
+        for folder, shown, key in wanted:
+            n = self._ino.get(folder)
+            if n is not None and held.child(n, shown) is None and held.room():
+                held.found[(n, shown)] = self.getattr(self.ino(key))
+
     def _shelve(self, s: Loaded) -> None:
-        """Session ``s`` was just dropped from the parse cache: offer its whole-session
-        files to the shelf as the kernel was told them, so that a read its page cache
-        cannot answer is not a parse (what is not made whole is not offered: a big
-        session's old groups of conversation.md)."""
+        """Offer the whole-session files of ``s`` to the shelf as the kernel was told them,
+        so that a read its page cache cannot answer is not a parse (what is not made whole
+        is not offered: a big session's old groups of conversation.md)."""
         ident, shelf = s.ident, self.store.shelf
         if ident is None:
             return
@@ -968,9 +1029,9 @@ class View:
             parts = conv.parts()
             if parts is not None:
                 shelf.offer(s.path, ident, "conv", parts, conv.size)
-        for kind in WHOLE_KINDS:
+        for kind in RENDERED:  # tree.txt and session.json, when of the file as it is
             hit = s.memo.get(kind)
-            if kind != "conv" and hit is not None and hit[0] == s.version:
+            if hit is not None and hit[0] == s.version:
                 shelf.offer(s.path, ident, kind, [(0, hit[1], False)], len(hit[1]))
 
     def unshelve(self, later: Later) -> bool:

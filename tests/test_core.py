@@ -559,3 +559,32 @@ def test_the_shelf_keeps_to_its_share_of_the_cap(tmp_path: Path) -> None:
     assert shelf.get("s19", ident, "conv") is not None and shelf.get("s0", ident, "conv") is None
     assert shelf.get("s19", Identity(1, 2, 3, 4, 5, 6, 8), "conv") is None  # another file
     assert not Shelf(0).offer("s", ident, "conv", [(0, b"x", False)], 1)  # --cache-mb 0
+
+
+@pytest.mark.warns  # (the damaged sessions' problems)
+def test_conversation_md_gives_every_branch_views_size(tmp_path: Path) -> None:
+    """Rendering conversation.md keeps the size of each entry's ``nodes/<id>.md`` (rg stats
+    where every link leads): exactly the bytes of that view, for every leaf at least."""
+    from tests.conftest import fixture_files
+
+    damaged_files = [path for path, _ in damaged.write_all(tmp_path / "damaged").values()]
+    checked = 0
+    for n, f in enumerate(fixture_files() + damaged_files):
+        if f.stat().st_size > 4 << 20:
+            continue  # (the huge line: its size is checked the long way elsewhere)
+        (tmp_path / str(n)).mkdir()
+        path = tmp_path / str(n) / f.name
+        path.write_bytes(f.read_bytes())
+        v = View(Store(str(tmp_path / str(n))))
+        s = v.store.session(str(path)).load()
+        v.conv_text(s)  # as a listing of the session folder renders it
+        sizes = dict(s.memo.get("branch_sizes", {}))
+        if f not in damaged_files:  # (a duplicate id or an orphan may come before its parent)
+            assert set(v.listed(s)) <= sizes.keys(), f
+        fresh = View(Store(str(tmp_path / str(n))))
+        fs = fresh.store.session(str(path)).load()
+        some = sorted(sizes)[:: max(1, len(sizes) // 50)] + v.listed(s)
+        for eid in set(some) & sizes.keys():
+            assert sizes[eid] == len(fresh.branch_text(fs, eid)), (f, eid)
+            checked += 1
+    assert checked > 100

@@ -297,6 +297,31 @@ def test_a_walk_that_lost_its_pages_reads_dropped_sessions_from_the_shelf(
     assert m.proc.returncode == 0 and "Traceback" not in m.log_text()
 
 
+def test_rg_after_grep_parses_no_dropped_session_for_where_its_links_lead(
+    sessions: Path,
+) -> None:
+    """``grep -r`` does not look where links lead; ``rg`` stats the target of every link it
+    meets (``current.md`` -> ``leaves/<leaf>.md`` -> ``nodes/<id>.md``), whose size is the
+    whole branch: the first rg after a grep parsed every dropped session again and rendered
+    each of its branches. Those sizes come from conversation.md's render and are kept with
+    a dropped session's answers."""
+    need(shutil.which("rg") is not None, "ripgrep (rg) is not installed (apt install ripgrep)")
+    with mounted(sessions, "--cache-mb", "0", "--cache-idle", "0", "--debug") as m:
+        grep = ["grep", "-rc", PHRASE, str(m.path)]
+        assert subprocess.run(grep, capture_output=True).returncode == 0
+        first = read_whole(m.log_text())
+        assert len(first) >= 4
+        argv = ["rg", "-c", "--sort", "path", PHRASE, str(m.path)]
+        hits = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        assert f"{RECIPE}/conversation.md:" in hits
+        log = m.log_text()
+        assert "b'74cc97d5.md'" in log  # (rg did look there: RECIPE's resume leaf)
+        assert read_whole(log)[len(first) :] == []  # and parsed nothing for it
+        for view in m.path.glob("*/*/leaves/*.md"):
+            assert os.stat(view).st_size == len(view.read_bytes()), view  # the sizes are right
+    assert m.proc.returncode == 0 and "Traceback" not in m.log_text()
+
+
 def test_a_dropped_forks_listing_follows_its_parent_in_and_out_of_the_mount(
     sessions: Path, tmp_path: Path
 ) -> None:
