@@ -47,20 +47,29 @@ def block(p: Piece, folder: str, after: str | None = None) -> bytes:
     """One entry of a one-file view. ``folder``: the relative path of the folder whose
     files are the entry's images (``nodes/<id>`` from the session folder); ``after``: what a
     heading says it continues from, when that is not the entry above it."""
+    return b"".join(_block(p, folder, after))
+
+
+def block_size(p: Piece, folder: str, after: str | None = None) -> int:
+    """``len(block(p, folder, after))``, without copying the message's bytes."""
+    return sum(map(len, _block(p, folder, after)))
+
+
+def _block(p: Piece, folder: str, after: str | None) -> tuple[bytes, ...]:
     e = p.entry
     stamp = when(e.ts_ms)
     if not e.numbered:
         bits = [p.preview, e.id] + ([stamp] if stamp else [])  # (encode: lone surrogates)
         more = "".join(f"> {line}".rstrip() + "\n" for line in p.detail.splitlines())
-        return encode("> " + " · ".join(bits) + "\n" + more + "\n")
+        return (encode("> " + " · ".join(bits) + "\n" + more + "\n"),)
     bits = [f"{p.number:04d} {e.kind}", e.id] + ([stamp] if stamp else [])
     if after is not None:
         bits.append(after)
     head = encode("## " + " · ".join(bits) + "\n\n")
     links = "".join(f"![{name}]({folder}/{name})\n" for name in p.images)
     tail = encode(links + "\n") if links else b"\n"
-    body = p.body if p.body.endswith(b"\n") or not p.body else p.body + b"\n"
-    return head + body + tail
+    newline = b"" if p.body.endswith(b"\n") or not p.body else b"\n"
+    return head, p.body, newline, tail
 
 
 def problem_note(pr: Problem) -> bytes:

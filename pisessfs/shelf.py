@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 #: The share of the cache cap the shelf may hold (the parse cache has the rest, at least).
 SHARE = 0.5
 #: Uncompressed bytes waiting for the packer at most (more offered meanwhile: not shelved).
-QUEUE_BYTES = 64 << 20
+#: A cold walk drops sessions at a few MB/s of text; the packer compresses about 100 MB/s.
+QUEUE_BYTES = 16 << 20
 #: Bytes of a part at most: a read decompresses one part at a time, on the event loop.
 PART_BYTES = 128 << 10
 PART_COST = 100  # bytes a part's record costs

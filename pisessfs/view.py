@@ -795,7 +795,7 @@ class View:
         parent = s.index.parent.get(e.id)
         if parent is None or parent in sizes:
             base = sizes[parent] if parent is not None else 0
-            sizes[e.id] = base + len(onefile.block(p, "../nodes/" + id_name(e.id)))
+            sizes[e.id] = base + onefile.block_size(p, "../nodes/" + id_name(e.id))
 
     @staticmethod
     def conversation(s: Loaded) -> onefile.Conversation:
