@@ -157,6 +157,28 @@ class Files:
                 report_once(f"stat {path}", err)
             raise Unreadable(path, err) from None
 
+    def lstats(self, folder: str, names: list[str]) -> dict[str, os.stat_result]:
+        """``lstat`` of each of ``names`` in ``folder`` (the root or a folder below it),
+        through one descriptor of the folder reached without following links (``lstat`` of
+        each path walks it again: three calls a name). A name that cannot be looked at is
+        left out."""
+        try:
+            if folder == self.root:
+                fd = os.dup(self.fd)
+            else:
+                with self.parent(folder) as (dfd, name):
+                    fd = os.open(name, _DIR_FLAGS, dir_fd=dfd)
+        except OSError as err:
+            raise Unreadable(folder, err) from None
+        try:
+            out: dict[str, os.stat_result] = {}
+            for name in names:
+                with contextlib.suppress(OSError):
+                    out[name] = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            return out
+        finally:
+            os.close(fd)
+
     def open(self, path: str, flags: int = os.O_RDONLY) -> int:
         """A descriptor of the regular file ``path``; raises :class:`Unreadable`.
 

@@ -405,12 +405,27 @@ class SessionFile:
         self.lock = threading.Lock()  # held while the state changes or is read whole
         self.recheck = False  # the file's owner or mode may have changed: stat it again
         self.working = 0  # threads reading the state without its lock (renders): kept
+        self._seen: tuple[os.stat_result, float] | None = None  # the last stat, and when
 
     def stat(self) -> os.stat_result:
         st = self.store.files.lstat(self.path)
         if not stat.S_ISREG(st.st_mode):
             raise Unreadable(self.path, OSError(errno.ENOENT, "not a regular file any more"))
+        self._seen = (st, time.monotonic())
         return st
+
+    def identity(self, fresh: float) -> Identity:
+        """The file's identity, from a ``stat`` made less than ``fresh`` seconds ago if
+        there was one: a walk asks a dropped session's folders and files six times in a row,
+        and each ``stat`` walks the path from the root without following links (an eighth
+        of a warm walk's time)."""
+        seen = self._seen
+        st = seen[0] if seen is not None and time.monotonic() - seen[1] < fresh else self.stat()
+        return Identity.of(st)
+
+    def changed(self) -> None:
+        """The file changed (the watcher says so): the next identity is a new ``stat``."""
+        self._seen = None
 
     def step(self) -> Work | None:
         """Bring the state a step closer to the file without blocking; None when it is up to
@@ -794,13 +809,12 @@ class Store:
         """The session of ``folder`` whose file changed last."""
         best: tuple[int, str] | None = None
         found: Listing | None = None
-        for item in self.sessions_in(folder):
-            try:
-                mtime = self.files.lstat(item.path).st_mtime_ns
-            except Unreadable:
-                continue
-            if best is None or (mtime, item.name) > best:
-                best, found = (mtime, item.name), item
+        items = self.sessions_in(folder)
+        stats = self.files.lstats(folder, [os.path.basename(i.path) for i in items])
+        for item in items:
+            st = stats.get(os.path.basename(item.path))
+            if st is not None and (best is None or (st.st_mtime_ns, item.name) > best):
+                best, found = (st.st_mtime_ns, item.name), item
         return found
 
     def held(self) -> int:

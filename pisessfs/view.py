@@ -107,6 +107,10 @@ UNHELD_KEPT = 1 << 17
 PAGES = "\0pages"
 LISTINGS_KEPT = 16  # entry folders' listings kept per session (each is its whole path)
 _NUMBER = re.compile(r"([0-9]{4,})-")  # ASCII only: int() would take any script's digits
+#: Seconds a stat of a dropped session's file vouches for its kept answers: a walk asks
+#: each session six times within a millisecond or so; a change the watcher has not told of
+#: yet shows after this at most (DESIGN's aim for an append: 100 ms).
+KEPT_FRESH = 0.1
 CALL_SEARCH = 256  # entries looked at above a tool result for its call (results of one
 # assistant message follow each other; a hostile file gets no further)
 
@@ -926,7 +930,8 @@ class View:
 
     def kept(self, ino: int) -> Answers | None:
         """What a node of a session the parse cache dropped answered, when its file is still
-        the file they were made from (one ``stat``); None: ask the session."""
+        the file they were made from (one ``stat``, or one made in the last
+        :data:`KEPT_FRESH` seconds); None: ask the session."""
         key = self.key(ino)
         if not KINDS[key.kind].kept:
             return None
@@ -934,7 +939,7 @@ class View:
         if sf is None or sf.loaded is not None or sf.recheck:
             return None
         try:
-            ident = Identity.of(sf.stat())
+            ident = sf.identity(KEPT_FRESH)
         except Unreadable:
             return None  # the session answers that itself
         held = self._kept.get(key.path, ident)
@@ -1130,6 +1135,9 @@ class View:
         """The session file changed: drop the kernel's view of what depends on the whole."""
         self._kept.drop(path)
         self.store.shelf.drop(path)
+        sf = self.store.known(path)
+        if sf is not None:
+            sf.changed()
         for kind in ("sess", "leaves", "current", "current.md", "jsonl", *WHOLE_KINDS):
             n = self._ino.get(Key(kind, path))
             if n is not None:
@@ -1148,6 +1156,7 @@ class View:
         sf = self.store.known(path)
         if sf is not None:
             sf.recheck = True  # entry nodes look at the file again, once
+            sf.changed()
         for key, n in self._ino.items():
             if key.path == path:
                 self.invalidations.append((n, None))
