@@ -582,13 +582,24 @@ class SessionFile:
         if not self.lock.acquire(blocking=False):
             return  # a thread is reading it whole: it stays until the next pass
         try:
-            if self.store.on_evict is not None:
-                self.store.on_evict(cur)  # (while it is still the file's state)
+            self._evicted(cur)
             self._fingerprint = (cur.ident, zlib.crc32(cur.window))
             self.loaded = None
         finally:
             self.lock.release()
         log.debug("%s: dropped from the parse cache", self.path)
+
+
+    def _evicted(self, cur: Loaded) -> None:
+        """Tell the store's owner that ``cur`` is dropped (while it is still the file's
+        state): a failure there loses what it would have kept, never the eviction."""
+        hook = self.store.on_evict
+        if hook is None:
+            return
+        try:
+            hook(cur)
+        except Exception:
+            log.exception("%s: keeping what it answered failed", self.path)
 
 
 @dataclass(frozen=True, slots=True)

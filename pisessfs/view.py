@@ -1007,7 +1007,8 @@ class View:
         for names in list(held.listings.values()):
             for a in names.values():
                 if stat.S_ISLNK(a.mode) and a.ino not in held.links and held.room():
-                    held.links[a.ino] = KINDS[a.key.kind].target(self, a.key)
+                    with contextlib.suppress(ViewError):  # (a parent gone meanwhile)
+                        held.links[a.ino] = KINDS[a.key.kind].target(self, a.key)
         wanted = [(Key("sess", s.path), RAW, Key("jsonl", s.path))]
         sizes = s.memo.get("branch_sizes") or {}
         leaves = set(self.listed(s))
@@ -1020,7 +1021,8 @@ class View:
         for folder, shown, key in wanted:
             n = self._ino.get(folder)
             if n is not None and held.child(n, shown) is None and held.room():
-                held.found[(n, shown)] = self.getattr(self.ino(key))
+                with contextlib.suppress(ViewError):
+                    held.found[(n, shown)] = self.getattr(self.ino(key))
 
     def _shelve(self, s: Loaded) -> None:
         """Offer the whole-session files of ``s`` to the shelf as the kernel was told them,
