@@ -266,13 +266,13 @@ def test_a_walk_that_lost_its_pages_reads_dropped_sessions_from_the_shelf(
     cache cannot answer is served from there."""
     more = sessions / "--home-ana-src-big--"
     more.mkdir()
-    for k in range(6):  # bigger than the cap together: walking them drops them
+    for k in range(8):  # bigger than the cap together: walking them drops them
         data = damaged.line({**damaged.HEADER, "id": f"big{k}"})
         for i in range(300):
             text = f"session {k} message {i} " + "a line of words to read " * 60
             parent = f"{i - 1:08x}" if i else None
             data += damaged.line(damaged.user(f"{i:08x}", parent, text, i))
-        (more / f"2026-11-20T10-00-0{k}_big{k}.jsonl").write_bytes(data)
+        (more / f"2026-11-20T10-00-{k:02d}_big{k}.jsonl").write_bytes(data)
     with mounted(sessions, "--cache-mb", "2", "--cache-idle", "0", "--debug") as m:
 
         def walk() -> dict[Path, bytes]:
@@ -287,7 +287,7 @@ def test_a_walk_that_lost_its_pages_reads_dropped_sessions_from_the_shelf(
             return logged(log, "dropped") <= logged(log, "conv shelved")
 
         wait_for(all_shelved, 10, "every dropped session's conversation.md on the shelf")
-        assert len(logged(m.log_text(), "dropped")) >= 6
+        assert len(logged(m.log_text(), "dropped")) >= 6  # (the last one walked stays)
         mine = status_json(os.environ.copy())[str(m.path)]  # pisessfs status says so
         assert mine["shelved"] >= 6 and 0 < mine["shelved_bytes"] <= 1 << 20  # half the cap
         drop_caches("1")  # every page of every file: the walk reads all again
