@@ -589,7 +589,6 @@ class SessionFile:
             self.lock.release()
         log.debug("%s: dropped from the parse cache", self.path)
 
-
     def _evicted(self, cur: Loaded) -> None:
         """Tell the store's owner that ``cur`` is dropped (while it is still the file's
         state): a failure there loses what it would have kept, never the eviction."""
