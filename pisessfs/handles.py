@@ -55,7 +55,26 @@ class Later(Snapshot):
             self.inner.close()
 
 
-class Unshelved(Snapshot):
+class _Parts(Snapshot):
+    """A file read in parts: a read joins what :meth:`chunk` gives from each part it spans."""
+
+    def read(self, off: int, size: int) -> bytes:
+        end = min(off + size, self.size)
+        out: list[bytes] = []
+        while off < end:
+            got = self.chunk(off, end)
+            if not got:
+                break
+            out.append(got)
+            off += len(got)
+        return b"".join(out)
+
+    def chunk(self, off: int, end: int) -> bytes:
+        """Bytes from ``off`` (< ``end``) to the end of its part or ``end``."""
+        raise NotImplementedError
+
+
+class Unshelved(_Parts):
     """The first ``size`` bytes of a file shelved compressed, one part decompressed at a
     time (the last one kept: the kernel reads in order)."""
 
@@ -64,22 +83,14 @@ class Unshelved(Snapshot):
         self.packed, self.size = packed, size
         self._last: tuple[int, bytes] = (-1, b"")
 
-    def read(self, off: int, size: int) -> bytes:
-        end = min(off + size, self.size)
-        out: list[bytes] = []
-        while off < end:
-            index, start = self.packed.part(off)
-            if self._last[0] != index:
-                self._last = (index, zlib.decompress(self.packed.blobs[index]))
-            got = self._last[1][off - start : end - start]
-            if not got:
-                break
-            out.append(got)
-            off += len(got)
-        return b"".join(out)
+    def chunk(self, off: int, end: int) -> bytes:
+        index, start = self.packed.part(off)
+        if self._last[0] != index:
+            self._last = (index, zlib.decompress(self.packed.blobs[index]))
+        return self._last[1][off - start : end - start]
 
 
-class ConvSnapshot(Snapshot):
+class ConvSnapshot(_Parts):
     """An open conversation.md: the first ``size`` bytes of a session's conversation, read
     from the groups it holds and, for the others, from groups made again for this handle
     (``remade``; the two last kept: a read spans at most two big ones). With ``defer``, a
@@ -96,23 +107,15 @@ class ConvSnapshot(Snapshot):
         self.conv, self.size, self.remade, self.defer = conv, size, remade, defer
         self._mine: OrderedDict[int, bytes] = OrderedDict()
 
-    def read(self, off: int, size: int) -> bytes:
-        end = min(off + size, self.size)
-        out: list[bytes] = []
-        while off < end:
+    def chunk(self, off: int, end: int) -> bytes:
+        while True:
             try:
-                got = self.conv.chunk(off, end, self._mine)
+                return self.conv.chunk(off, end, self._mine)
             except onefile.Missing as m:
                 work = functools.partial(self._make, m.index)
                 if self.defer and self.conv.groups[m.index].size > INLINE_GROUP:
                     raise Busy(work) from None
                 work()
-                continue
-            if not got:
-                break
-            out.append(got)
-            off += len(got)
-        return b"".join(out)
 
     def _make(self, index: int) -> None:
         data = self.remade(index)

@@ -819,13 +819,19 @@ class Store:
         """The session of ``folder`` whose file changed last."""
         best: tuple[int, str] | None = None
         found: Listing | None = None
-        items = self.sessions_in(folder)
-        stats = self.files.lstats(folder, [os.path.basename(i.path) for i in items])
-        for item in items:
-            st = stats.get(os.path.basename(item.path))
-            if st is not None and (best is None or (st.st_mtime_ns, item.name) > best):
-                best, found = (st.st_mtime_ns, item.name), item
+        items = {os.path.basename(i.path): i for i in self.sessions_in(folder)}
+        for name, st in self.files.lstats(folder, list(items)).items():
+            if best is None or (st.st_mtime_ns, items[name].name) > best:
+                best, found = (st.st_mtime_ns, items[name].name), items[name]
         return found
+
+    def changed(self, path: str) -> None:
+        """Session file ``path`` changed (the watcher says so): its shelved files and its
+        last ``stat`` no longer vouch for it."""
+        self.shelf.drop(path)
+        sf = self._files.get(path)
+        if sf is not None:
+            sf.changed()
 
     def held(self) -> int:
         """Bytes counted against the cap: the parsed sessions and the shelf."""

@@ -56,9 +56,7 @@ class Packed:
     starts: tuple[int, ...]
     blobs: tuple[bytes, ...]
     size: int
-
-    def nbytes(self) -> int:
-        return sum(map(len, self.blobs)) + PART_COST * len(self.blobs) + ITEM_COST
+    held: int = 0  # what it takes, as counted against the cap (``pack`` counts it once)
 
     def part(self, off: int) -> tuple[int, int]:
         """The index of the part that holds byte ``off``, and that part's first byte."""
@@ -78,7 +76,8 @@ def pack(parts: list[Part], size: int) -> Packed:
         for i in range(0, max(len(data), 1), PART_BYTES):
             starts.append(off + i)
             blobs.append(zlib.compress(data[i : i + PART_BYTES], 1))
-    return Packed(tuple(starts), tuple(blobs), size)
+    held = sum(map(len, blobs)) + PART_COST * len(blobs) + ITEM_COST
+    return Packed(tuple(starts), tuple(blobs), size, held)
 
 
 @dataclass(slots=True)
@@ -89,7 +88,7 @@ class Shelved:
     files: dict[str, Packed] = field(default_factory=dict)  # kind -> its bytes
 
     def nbytes(self) -> int:
-        return sum(p.nbytes() for p in self.files.values())
+        return sum(p.held for p in self.files.values())
 
 
 class Shelf:
@@ -100,14 +99,15 @@ class Shelf:
         self.bytes = 0  # what it holds, as counted against the cap (read without the lock)
         self._items: OrderedDict[str, Shelved] = OrderedDict()
         self._lock = threading.Lock()
-        self._todo: queue.Queue[tuple[str, str, Identity, list[Part], int]] = queue.Queue()
+        # (path, kind, identity, parts, size, uncompressed bytes among the parts)
+        self._todo: queue.Queue[tuple[str, str, Identity, list[Part], int, int]] = queue.Queue()
         self._waiting = 0  # uncompressed bytes in the queue
         self._thread: threading.Thread | None = None
 
     def offer(self, path: str, ident: Identity, kind: str, parts: list[Part], size: int) -> bool:
         """Shelve file ``kind`` of session ``path`` (``size`` bytes in ``parts``), once the
         packer has compressed it. False when there is no room for it now."""
-        raw = _raw(parts)
+        raw = sum(len(data) for _, data, packed in parts if not packed)
         with self._lock:
             if self.budget <= 0 or self._waiting + raw > QUEUE_BYTES:
                 return False
@@ -115,21 +115,21 @@ class Shelf:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._pack, name="shelf", daemon=True)
                 self._thread.start()
-        self._todo.put((path, kind, ident, parts, size))
+        self._todo.put((path, kind, ident, parts, size, raw))
         return True
 
     def _pack(self) -> None:
         while True:
-            path, kind, ident, parts, size = self._todo.get()
+            path, kind, ident, parts, size, raw = self._todo.get()
             try:
                 packed = pack(parts, size)
                 self._put(path, kind, ident, packed)
-                log.debug("%s: %s shelved (%d bytes in %d)", path, kind, size, packed.nbytes())
+                log.debug("%s: %s shelved (%d bytes in %d)", path, kind, size, packed.held)
             except Exception:  # a bug here must not end the thread: log it, shelve nothing
                 log.exception("shelving %s of %s failed", kind, path)
             finally:
                 with self._lock:
-                    self._waiting -= _raw(parts)
+                    self._waiting -= raw
                 self._todo.task_done()
 
     def _put(self, path: str, kind: str, ident: Identity, packed: Packed) -> None:
@@ -169,6 +169,3 @@ class Shelf:
     def __len__(self) -> int:
         return len(self._items)
 
-
-def _raw(parts: list[Part]) -> int:
-    return sum(len(data) for _, data, packed in parts if not packed)

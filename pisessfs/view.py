@@ -1136,10 +1136,7 @@ class View:
     def changed_session(self, path: str) -> None:
         """The session file changed: drop the kernel's view of what depends on the whole."""
         self._kept.drop(path)
-        self.store.shelf.drop(path)
-        sf = self.store.known(path)
-        if sf is not None:
-            sf.changed()
+        self.store.changed(path)
         for kind in ("sess", "leaves", "current", "current.md", "jsonl", *WHOLE_KINDS):
             n = self._ino.get(Key(kind, path))
             if n is not None:
@@ -1155,10 +1152,10 @@ class View:
     def changed_everything_of(self, path: str) -> None:
         """The session file's owner or mode changed: every node of it shows other bits.
         A scan of every inode: chmod and chown are rare."""
+        self.store.changed(path)
         sf = self.store.known(path)
         if sf is not None:
             sf.recheck = True  # entry nodes look at the file again, once
-            sf.changed()
         for key, n in self._ino.items():
             if key.path == path:
                 self.invalidations.append((n, None))
