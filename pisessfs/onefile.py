@@ -37,6 +37,9 @@ class Piece:
     detail: str = ""  # what a note says below its line (a context edit's replacement)
 
 
+SEP = " · "  # between the parts of a heading or a note
+
+
 def when(ms: int | None) -> str:
     """``2026-03-02 09:14:05 UTC`` ("" for no valid time)."""
     shown = "" if ms is None else utc_clock(ms)
@@ -50,9 +53,14 @@ def block(p: Piece, folder: str, after: str | None = None) -> bytes:
     return b"".join(_block(p, folder, after))
 
 
-def block_size(p: Piece, folder: str, after: str | None = None) -> int:
-    """``len(block(p, folder, after))``, without copying the message's bytes."""
-    return sum(map(len, _block(p, folder, after)))
+def in_branch(p: Piece, size: int, after: str | None) -> int:
+    """The size of entry ``p``'s block in a branch view, from its ``size`` in
+    conversation.md (made with ``after``): the same bytes but for the heading's "continues
+    from" and the image links, which start ``../nodes/`` there and ``nodes/`` here."""
+    if not p.entry.numbered:
+        return size
+    said = len(encode(SEP + after)) if after is not None else 0
+    return size - said + len(b"../") * len(p.images)
 
 
 def _block(p: Piece, folder: str, after: str | None) -> tuple[bytes, ...]:
@@ -61,11 +69,11 @@ def _block(p: Piece, folder: str, after: str | None) -> tuple[bytes, ...]:
     if not e.numbered:
         bits = [p.preview, e.id] + ([stamp] if stamp else [])  # (encode: lone surrogates)
         more = "".join(f"> {line}".rstrip() + "\n" for line in p.detail.splitlines())
-        return (encode("> " + " · ".join(bits) + "\n" + more + "\n"),)
+        return (encode("> " + SEP.join(bits) + "\n" + more + "\n"),)
     bits = [f"{p.number:04d} {e.kind}", e.id] + ([stamp] if stamp else [])
     if after is not None:
         bits.append(after)
-    head = encode("## " + " · ".join(bits) + "\n\n")
+    head = encode("## " + SEP.join(bits) + "\n\n")
     links = "".join(f"![{name}]({folder}/{name})\n" for name in p.images)
     tail = encode(links + "\n") if links else b"\n"
     newline = b"" if p.body.endswith(b"\n") or not p.body else b"\n"
@@ -152,8 +160,10 @@ class Conversation:
         problems: Sequence[Problem],
         number: Callable[[str], int],
         piece: Callable[[Entry], Piece],
+        sized: Callable[[Entry, int], None] | None = None,
     ) -> None:
-        """Show ``entries[done:]`` (call under ``lock``)."""
+        """Show ``entries[done:]`` (call under ``lock``); ``sized`` is told the size of each
+        entry's block in a branch view (so no branch is rendered to learn its size)."""
         fresh = [p for p in problems if (p.line, p.kind, p.detail) not in self.said]
         fresh.sort(key=lambda p: p.line)
         k = 0
@@ -163,7 +173,12 @@ class Conversation:
                 note = problem_note(fresh[k])
                 self._put(note, note)
                 k += 1
-            self._put(entry_block(piece(e), e, self.last, number), i)
+            p = piece(e)
+            after = continues_from(e, self.last, number)
+            data = block(p, "nodes/" + id_name(e.id), after)
+            self._put(data, i)
+            if sized is not None:
+                sized(e, in_branch(p, len(data), after))
             self.last = e
         for p in fresh[k:]:
             note = problem_note(p)

@@ -772,34 +772,33 @@ class View:
             entries = s.parser.entries  # complete lines only: a torn tail may still change
             if conv.done < len(entries):
                 problems = [*s.parser.problems, *s.index.problems]
-                conv.add(entries, problems, self._numbers(s), self._first_pieces(s))
+                pieces = self._first_pieces(s)
+                conv.add(entries, problems, self._numbers(s), pieces, self._sizer(s))
             return conv.size
 
     def _first_pieces(self, s: Loaded) -> Callable[[Entry], onefile.Piece]:
         """Pieces for entries conversation.md shows for the first time: each line is parsed
         once for them and for tree.txt's previews and session.json's stats (the listing that
-        renders one renders the others), and each piece gives its branch view's size."""
+        renders one renders the others)."""
         made = summary.previews_of(s)
-        sizes: dict[str, int] = s.memo.setdefault("branch_sizes", {})
-
-        def piece(e: Entry) -> onefile.Piece:
-            p = self.piece(s, e, made.offer(s, e))
-            self._sized(s, e, p, sizes)
-            return p
-
-        return piece
+        return lambda e: self.piece(s, e, made.offer(s, e))
 
     @staticmethod
-    def _sized(s: Loaded, e: Entry, p: onefile.Piece, sizes: dict[str, int]) -> None:
-        """Keep the size of ``nodes/<id>.md`` of entry ``e`` (``p``: its piece), when its
-        parent's is known (file order: nearly always). ``rg`` stats where every link of a
-        walk leads: without these, each branch's entries were rendered again for it."""
-        if e.id in sizes or s.index.by_id.get(e.id) is not e:
-            return  # (a line whose id a later line took: its branch is the winner's)
-        parent = s.index.parent.get(e.id)
-        if parent is None or parent in sizes:
-            base = sizes[parent] if parent is not None else 0
-            sizes[e.id] = base + onefile.block_size(p, "../nodes/" + id_name(e.id))
+    def _sizer(s: Loaded) -> Callable[[Entry, int], None]:
+        """What keeps the size of ``nodes/<id>.md`` of each entry conversation.md shows
+        (from its block's size there), when its parent's is known (file order: nearly
+        always). ``rg`` stats where every link of a walk leads: without these, each
+        branch's entries were rendered again for it."""
+        sizes: dict[str, int] = s.memo.setdefault("branch_sizes", {})
+
+        def sized(e: Entry, size: int) -> None:
+            if e.id in sizes or s.index.by_id.get(e.id) is not e:
+                return  # (a line whose id a later line took: its branch is the winner's)
+            parent = s.index.parent.get(e.id)
+            if parent is None or parent in sizes:
+                sizes[e.id] = (sizes[parent] if parent is not None else 0) + size
+
+        return sized
 
     @staticmethod
     def conversation(s: Loaded) -> onefile.Conversation:
