@@ -173,12 +173,12 @@ class Conversation:
                 note = problem_note(fresh[k])
                 self._put(note, note)
                 k += 1
-            p = piece(e)
+            shown = piece(e)
             after = continues_from(e, self.last, number)
-            data = block(p, "nodes/" + id_name(e.id), after)
+            data = block(shown, "nodes/" + id_name(e.id), after)
             self._put(data, i)
             if sized is not None:
-                sized(e, in_branch(p, len(data), after))
+                sized(e, in_branch(shown, len(data), after))
             self.last = e
         for p in fresh[k:]:
             note = problem_note(p)
