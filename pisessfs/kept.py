@@ -9,6 +9,8 @@ session.json among them) and the links' targets; the text itself comes from the 
 page cache. This module keeps those answers per session file, tied to the identity of the
 file they were made from (device, inode, size, mtime, owner and mode). While the file is
 that file, they are what parsing it again would give; once it is not, they are dropped.
+They are gathered while a session is parsed and answer for it then too: a warm walk of a
+parsed session's folders is then no listing made again at every ``opendir``.
 
 It is a plain store: the view decides what is worth keeping and when an answer may be used.
 """

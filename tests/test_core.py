@@ -259,6 +259,29 @@ def test_view_layout_of_a_session(tmp_path: Path) -> None:
     assert v.getattr(v.lookup(nodes, "bbbbbbbb.md").ino).size == len(branch)
 
 
+def test_a_parsed_session_answers_from_kept_answers_until_its_file_changes(
+    tmp_path: Path,
+) -> None:
+    """A warm walk gets a parsed session's folders as they answered last (a listing is not
+    made again at every ``opendir``) while its file is unchanged; a change is seen at once."""
+    (tmp_path / "--home-x--").mkdir()
+    f = tmp_path / "--home-x--" / "s1.jsonl"
+    f.write_bytes(line(HEADER) + line(user("aaaaaaaa", None, "First question", 1)))
+    v = View(Store(str(tmp_path)))
+    sess = enter(v, v.lookup(1, "home-x").ino, "s1")
+    leaves = v.lookup(sess, "leaves").ino
+    listings = {ino: v.children(ino) for ino in (sess, leaves)}
+    assert str(f) in set(v.store.loaded_paths())  # parsed
+    for ino, listing in listings.items():
+        assert v.kept_listing(ino) == listing
+    with open(f, "ab") as out:
+        out.write(line(user("bbbbbbbb", "aaaaaaaa", "Second one", 2)))
+    v.changed_session(str(f))  # what the watcher calls
+    assert v.kept_listing(sess) is None and v.kept_listing(leaves) is None
+    names = [n for n, _ in v.children(leaves)]
+    assert names == ["bbbbbbbb-second-one", "bbbbbbbb-second-one.md"]
+
+
 def test_unreadable_session_is_denied_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -525,11 +548,12 @@ def test_a_dropped_sessions_files_are_read_from_the_shelf_without_a_parse(tmp_pa
     assert 0 < store.shelf.bytes < sum(map(len, whole.values())) / 3  # compressed
     for ino, data in whole.items():
         later = v.later(ino)
-        if v.key(ino).path not in dropped:
-            assert later is None  # (parsed: read from its session)
-            continue
         assert later is not None and later.size == len(data)
-        assert v.unshelve(later)
+        if v.key(ino).path in dropped:
+            assert v.unshelve(later)
+        else:  # parsed (and unchanged: it answers from its kept answers too)
+            assert not v.unshelve(later)
+            v.fill(later)  # read from its session
         assert later.read(0, len(data) + 1) == data
         assert later.read(len(data) // 3, 70_000) == data[len(data) // 3 :][:70_000]
     assert set(store.loaded_paths()) == parsed  # none parsed again
