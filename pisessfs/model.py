@@ -174,6 +174,13 @@ def parse_ts_ms(value: object) -> int | None:
     """An ISO timestamp as Unix milliseconds, or None when it is not one."""
     if not isinstance(value, str) or len(value) > 64:
         return None
+    return _iso_ms(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _iso_ms(value: str) -> int | None:
+    # (An entry's time is read by its index, its file's header, its heading in the one-file
+    # views and session.json's stats, one after the other: parsed once for all of them.)
     try:
         return int(datetime.fromisoformat(value).timestamp() * 1000)
     except (ValueError, OverflowError, OSError):
