@@ -175,7 +175,7 @@ class Conversation:
                 k += 1
             shown = piece(e)
             after = continues_from(e, self.last, number)
-            data = block(shown, "nodes/" + id_name(e.id), after)
+            data = entry_block(shown, e, after)
             self._put(data, i)
             if sized is not None:
                 sized(e, in_branch(shown, len(data), after))
@@ -295,9 +295,10 @@ class Conversation:
 
 
 
-def entry_block(p: Piece, e: Entry, above: Entry | None, number: Callable[[str], int]) -> bytes:
-    """An entry of conversation.md: its images are in its own node's folder."""
-    return block(p, "nodes/" + id_name(e.id), continues_from(e, above, number))
+def entry_block(p: Piece, e: Entry, after: str | None) -> bytes:
+    """An entry of conversation.md (``after``: what it continues from, when that is not the
+    entry above it): its images are in its own node's folder."""
+    return block(p, "nodes/" + id_name(e.id), after)
 
 
 def remake(
@@ -317,6 +318,6 @@ def remake(
             continue
         for i in item:
             e = entries[i]
-            out.append(entry_block(piece(e), e, last, number))
+            out.append(entry_block(piece(e), e, continues_from(e, last, number)))
             last = e
     return b"".join(out)
