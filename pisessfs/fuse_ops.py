@@ -200,7 +200,7 @@ class Operations(pyfuse3.Operations):
         if self.view.never(parent_inode, n):
             return self._none()
         kept = self.view.kept_child(parent_inode, n)
-        if kept is not None:  # (a session the parse cache dropped, its file unchanged)
+        if kept is not None:  # (a session whose file is unchanged since it answered)
             return self._taken(kept)
         await self._ready(parent_inode)
         try:
@@ -261,7 +261,7 @@ class Operations(pyfuse3.Operations):
         writes = flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND)
         later = None if writes else self.view.later(inode)
         if later is not None:
-            # A whole-session file of a session the parse cache dropped, its file unchanged:
+            # A whole-session file of a session whose file is unchanged since it answered:
             # the kernel knows its size, and its page cache most likely has the bytes.
             self._files[fh] = later
             return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=False)

@@ -107,7 +107,7 @@ UNHELD_KEPT = 1 << 17
 PAGES = "\0pages"
 LISTINGS_KEPT = 16  # entry folders' listings kept per session (each is its whole path)
 _NUMBER = re.compile(r"([0-9]{4,})-")  # ASCII only: int() would take any script's digits
-#: Seconds a stat of a dropped session's file vouches for its kept answers: a walk asks
+#: Seconds a stat of a session's file vouches for its kept answers: a walk asks
 #: each session six times within a millisecond or so; a change the watcher has not told of
 #: yet shows after this at most (DESIGN's aim for an append: 100 ms).
 KEPT_FRESH = 0.1
@@ -159,7 +159,7 @@ class View:
         self._cache: OrderedDict[Key, Rendered] = OrderedDict()
         self._cache_bytes = 0
         self._cache_cap = render_cache_bytes
-        self._kept = Kept()  # what sessions the parse cache dropped answered (``kept``)
+        self._kept = Kept()  # what sessions' nodes answered, per file identity (``kept``)
         self._evicting: Loaded | None = None  # the session being dropped (``_evicted``)
         self.overlays: dict[Key, Overlay] = {}  # entry folder -> its scratch layer
         self.nodes: dict[int, Node] = {}  # scratch inode -> node
@@ -954,8 +954,8 @@ class View:
         return held.attrs.get(ino) if held is not None else None
 
     def kept_child(self, parent: int, name: str) -> Attr | None:
-        """What a lookup answered for a dropped session (None: ask it; NotFound: it has no
-        such name)."""
+        """What a lookup answered for a session whose file is unchanged (None: ask it;
+        NotFound: it has no such name)."""
         held = self.kept(parent)
         if held is None:
             return None
@@ -973,9 +973,9 @@ class View:
         return held.links.get(ino) if held is not None else None
 
     def later(self, ino: int) -> Later | None:
-        """A handle for a whole-session file of a dropped session that the kernel knows the
-        size of: its bytes are made only when a read comes (the page cache usually has them:
-        a repeated walk then parses nothing)."""
+        """A handle for a whole-session file of a session whose file is unchanged since the
+        kernel was told its size: its bytes are made only when a read comes (the page cache
+        usually has them: a repeated walk then parses nothing)."""
         if self.key(ino).kind not in WHOLE_KINDS:
             return None
         held = self.kept(ino)
