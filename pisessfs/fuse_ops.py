@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import hashlib
 import itertools
 import logging
 import os
@@ -63,6 +64,22 @@ ERRNO: dict[type[Exception], int] = {
 #: looked at again after 10 s in any case (a folder inotify could not watch).
 IMMUTABLE_TIMEOUT = 3600.0
 MUTABLE_TIMEOUT = 10.0
+
+
+def _open_flags() -> bool:
+    """Whether this pyfuse3 passes the kernel's FOPEN_NOFLUSH and FOPEN_CACHE_DIR: the build
+    ``scripts/setup`` makes with ``patches/pyfuse3-3.5.0-open-flags.patch``. A stock pyfuse3
+    works as well, with a request more per file a walk closes and per folder it lists."""
+    try:
+        pyfuse3.FileInfo(noflush=True, cache_readdir=True)  # type: ignore[call-arg,unused-ignore]
+    except TypeError:
+        return False
+    return True
+
+
+#: Read-only opens skip ``flush`` (a walk pays open and release only) and the kernel keeps
+#: folder listings between opens while they are the same (see ``Operations.opendir``).
+OPEN_FLAGS = _open_flags()
 #: How many times a request lets blocking work run (or other requests pass) before it is
 #: answered EAGAIN: a session that never stops changing does not hold a request forever.
 MAX_STEPS = 100_000
@@ -128,6 +145,7 @@ class Operations(pyfuse3.Operations):
         self._full_said = -60.0  # when "invalidation queue full" was last logged
         self._queued: set[tuple[int, str | None]] = set()  # sent, not yet done
         self._dirs: dict[int, list[tuple[str, v.Attr]]] = {}
+        self._listed: dict[int, bytes] = {}  # folder -> digest of what the kernel last listed
         self._files: dict[int, v.Snapshot] = {}  # read handles: what each one reads
         # Folders a recursive removal was told it removed (they stay): the kernel marked its
         # inode dead, so the folder comes back under a new generation, as a new inode.
@@ -231,7 +249,7 @@ class Operations(pyfuse3.Operations):
         return self.view.readlink(inode)
 
     @handler
-    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int | pyfuse3.FileInfo:
         listing = self.view.kept_listing(inode)
         if listing is None:
             await self._ready(inode, listing=True)
@@ -239,7 +257,23 @@ class Operations(pyfuse3.Operations):
         fh = next(self._fh)
         self._dirs[fh] = listing
         self.actions.walks.opened(fh, inode, ctx.pid)  # rm -r holds the folders it empties
-        return fh
+        if not OPEN_FLAGS:
+            return fh
+        # The kernel may cache what readdir answers (no readdir request next time), and
+        # keeps what it cached only when the listing is the one it was last given: any
+        # change (a leaf, a session, a link that moved) makes it ask again. Names, inode
+        # numbers, generations and types are all it caches of a listing.
+        seen = self._digest(listing)
+        same = self._listed.get(inode) == seen
+        self._listed[inode] = seen
+        return pyfuse3.FileInfo(fh=fh, keep_cache=same, cache_readdir=True)  # type: ignore[call-arg,unused-ignore]
+
+    def _digest(self, listing: Sequence[tuple[str, v.Attr]]) -> bytes:
+        h = hashlib.blake2b(digest_size=16)
+        for name, a in listing:
+            said = f"{a.ino}:{self._generation.get(a.ino, 0)}:{stat.S_IFMT(a.mode)}:{name}/"
+            h.update(said.encode(errors="surrogateescape"))
+        return h.digest()
 
     @handler
     async def readdir(self, fh: int, start_id: int, token: Any) -> None:
@@ -264,7 +298,7 @@ class Operations(pyfuse3.Operations):
             # A whole-session file of a session whose file is unchanged since it answered:
             # the kernel knows its size, and its page cache most likely has the bytes.
             self._files[fh] = later
-            return pyfuse3.FileInfo(fh=fh, keep_cache=True, direct_io=False)
+            return _reading(fh, cached=True)
         await self._ready(inode)
         if writes and self.read_only:
             raise pyfuse3.FUSEError(errno.EROFS)
@@ -280,7 +314,7 @@ class Operations(pyfuse3.Operations):
         # this reader reads ours (the saved version) past the kernel's size and page cache.
         # conversation.md only grows at its end: a repeated grep -r reads it from the cache.
         cached = self.view.cacheable(inode, snap.size) and not self.editor.writing(inode)
-        return pyfuse3.FileInfo(fh=fh, keep_cache=cached, direct_io=not cached)
+        return _reading(fh, cached)
 
     @handler
     async def read(self, fh: int, off: int, size: int) -> bytes:
@@ -583,7 +617,17 @@ class Operations(pyfuse3.Operations):
         try:
             for ino, count in inode_list:
                 self.view.forget(ino, count)
+                self._listed.pop(ino, None)  # (its listing is no longer cached either)
                 self.editor.forget(ino)
             log.debug("forget %d inodes: %d named, %d held", len(inode_list), *self.view.named())
         except Exception:
             log.exception("forget failed (ignored)")
+
+
+def _reading(fh: int, cached: bool) -> pyfuse3.FileInfo:
+    """What the kernel is told of a read-only open: through the page cache or around it,
+    and (with ``OPEN_FLAGS``) no ``flush`` at its close: a reader has nothing to commit."""
+    fi = pyfuse3.FileInfo(fh=fh, keep_cache=cached, direct_io=not cached)
+    if OPEN_FLAGS:
+        fi.noflush = True
+    return fi

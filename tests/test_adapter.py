@@ -16,10 +16,11 @@ import pyfuse3
 import pytest
 import trio
 
-from pisessfs.fuse_ops import Operations
+from pisessfs.fuse_ops import OPEN_FLAGS, Operations
 from pisessfs.sessions import Store
 from pisessfs.view import View
 from tests import damaged
+from tests.conftest import need
 
 
 class Ctx:
@@ -110,3 +111,46 @@ def test_read_serves_the_rendered_bytes(tmp_path: Path) -> None:
         return data
 
     assert trio.run(cat) == b"message number 1\n"
+
+
+def test_the_kernel_keeps_a_folders_listing_only_while_it_is_the_same(tmp_path: Path) -> None:
+    """With the open flags (patches/pyfuse3-3.5.0-open-flags.patch), the kernel caches what
+    readdir answered and lists a folder again from its cache while opendir says keep_cache:
+    which it must say only when the listing is the one the kernel was last given."""
+    need(OPEN_FLAGS, "pyfuse3 lacks the open flags patch (run scripts/setup)")
+    ops = ops_for(tmp_path)
+
+    async def opens() -> list[pyfuse3.FileInfo]:
+        sess = await enter(ops)
+        leaves = await ops.lookup(sess.st_ino, b"leaves", CTX)
+        got = []
+        for _ in range(2):
+            got.append(await ops.opendir(leaves.st_ino, CTX))
+        with (tmp_path / "s.jsonl").open("ab") as f:  # a fork: a second leaf
+            f.write(damaged.line(damaged.user("0000000a", "00000000", "a fork", 9)))
+        ops.view.changed_session(str(tmp_path / "s.jsonl"))  # (what the watcher calls)
+        for _ in range(2):
+            got.append(await ops.opendir(leaves.st_ino, CTX))
+        return got
+
+    got = trio.run(opens)
+    assert all(isinstance(fi, pyfuse3.FileInfo) and fi.cache_readdir for fi in got)
+    assert [fi.keep_cache for fi in got] == [False, True, False, True]
+
+
+def test_a_read_only_open_asks_for_no_flush_and_a_write_does(tmp_path: Path) -> None:
+    """flush is where a save is committed (its errors reach close()): only readers skip it."""
+    need(OPEN_FLAGS, "pyfuse3 lacks the open flags patch (run scripts/setup)")
+    ops = ops_for(tmp_path)
+
+    async def opens() -> tuple[pyfuse3.FileInfo, pyfuse3.FileInfo]:
+        sess = await enter(ops)
+        tree = await ops.lookup(sess.st_ino, b"tree.txt", CTX)
+        nodes = await ops.lookup(sess.st_ino, b"nodes", CTX)
+        node = await ops.lookup(nodes.st_ino, b"00000002", CTX)
+        reader = await ops.open(tree.st_ino, os.O_RDONLY, CTX)
+        writer, _ = await ops.create(node.st_ino, b"new.md", 0o644, os.O_WRONLY, CTX)
+        return reader, writer
+
+    reader, writer = trio.run(opens)
+    assert reader.noflush and not writer.noflush
