@@ -145,7 +145,8 @@ class Operations(pyfuse3.Operations):
         self._full_said = -60.0  # when "invalidation queue full" was last logged
         self._queued: set[tuple[int, str | None]] = set()  # sent, not yet done
         self._dirs: dict[int, list[tuple[str, v.Attr]]] = {}
-        self._listed: dict[int, bytes] = {}  # folder -> digest of what the kernel last listed
+        # folder -> digest of what the kernel last listed from us, and when
+        self._listed: dict[int, tuple[bytes, float]] = {}
         self._files: dict[int, v.Snapshot] = {}  # read handles: what each one reads
         # Folders a recursive removal was told it removed (they stay): the kernel marked its
         # inode dead, so the folder comes back under a new generation, as a new inode.
@@ -259,14 +260,20 @@ class Operations(pyfuse3.Operations):
         self.actions.walks.opened(fh, inode, ctx.pid)  # rm -r holds the folders it empties
         if not OPEN_FLAGS:
             return fh
-        # The kernel may cache what readdir answers (no readdir request next time), and
-        # keeps what it cached only when the listing is the one it was last given: any
-        # change (a leaf, a session, a link that moved) makes it ask again. Names, inode
-        # numbers, generations and types are all it caches of a listing.
+        # The kernel may cache what readdir answers (no readdir request next time). It keeps
+        # what it cached only when the listing is the one it was last given (names, inode
+        # numbers, generations and types are all it caches of a listing: a new leaf, a new
+        # session, a link that moved each make it ask again), and only while the entries
+        # that readdirplus gave with it stay valid for the walk that goes on into them: a
+        # listing from the cache refreshes none, so a walk would then pay a lookup or a
+        # getattr per name instead of one readdir.
         seen = self._digest(listing)
-        same = self._listed.get(inode) == seen
-        self._listed[inode] = seen
-        return pyfuse3.FileInfo(fh=fh, keep_cache=same, cache_readdir=True)  # type: ignore[call-arg,unused-ignore]
+        now = time.monotonic()
+        last = self._listed.get(inode)
+        keep = last is not None and last[0] == seen and now - last[1] < MUTABLE_TIMEOUT / 2
+        if not keep:
+            self._listed[inode] = (seen, now)  # (the kernel lists it again, with entries)
+        return pyfuse3.FileInfo(fh=fh, keep_cache=keep, cache_readdir=True)  # type: ignore[call-arg,unused-ignore]
 
     def _digest(self, listing: Sequence[tuple[str, v.Attr]]) -> bytes:
         h = hashlib.blake2b(digest_size=16)

@@ -16,7 +16,7 @@ import pyfuse3
 import pytest
 import trio
 
-from pisessfs.fuse_ops import OPEN_FLAGS, Operations
+from pisessfs.fuse_ops import MUTABLE_TIMEOUT, OPEN_FLAGS, Operations
 from pisessfs.sessions import Store
 from pisessfs.view import View
 from tests import damaged
@@ -116,7 +116,8 @@ def test_read_serves_the_rendered_bytes(tmp_path: Path) -> None:
 def test_the_kernel_keeps_a_folders_listing_only_while_it_is_the_same(tmp_path: Path) -> None:
     """With the open flags (patches/pyfuse3-3.5.0-open-flags.patch), the kernel caches what
     readdir answered and lists a folder again from its cache while opendir says keep_cache:
-    which it must say only when the listing is the one the kernel was last given."""
+    which it must say only when the listing is the one the kernel was last given, and while
+    the entries given with it are still valid."""
     need(OPEN_FLAGS, "pyfuse3 lacks the open flags patch (run scripts/setup)")
     ops = ops_for(tmp_path)
 
@@ -131,11 +132,17 @@ def test_the_kernel_keeps_a_folders_listing_only_while_it_is_the_same(tmp_path: 
         ops.view.changed_session(str(tmp_path / "s.jsonl"))  # (what the watcher calls)
         for _ in range(2):
             got.append(await ops.opendir(leaves.st_ino, CTX))
+        # The same listing, but the entries it came with have expired in the kernel: it is
+        # given again (readdirplus refreshes them all, where the cache would refresh none).
+        seen, when = ops._listed[leaves.st_ino]
+        ops._listed[leaves.st_ino] = (seen, when - MUTABLE_TIMEOUT / 2)
+        for _ in range(2):
+            got.append(await ops.opendir(leaves.st_ino, CTX))
         return got
 
     got = [fi for fi in trio.run(opens) if isinstance(fi, pyfuse3.FileInfo)]
-    assert len(got) == 4 and all(fi.cache_readdir for fi in got)
-    assert [fi.keep_cache for fi in got] == [False, True, False, True]
+    assert len(got) == 6 and all(fi.cache_readdir for fi in got)
+    assert [fi.keep_cache for fi in got] == [False, True, False, True, False, True]
 
 
 def test_a_read_only_open_asks_for_no_flush_and_a_write_does(tmp_path: Path) -> None:
