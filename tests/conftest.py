@@ -62,6 +62,14 @@ def need(ok: bool, why: str) -> None:
     pytest.skip(why)
 
 
+def need_open_flags() -> None:
+    """For a test of what the pyfuse3 build of scripts/setup adds (FOPEN_NOFLUSH,
+    FOPEN_CACHE_DIR): skip loudly on a stock pyfuse3, fail in CI."""
+    from pisessfs.fuse_ops import OPEN_FLAGS
+
+    need(OPEN_FLAGS, "pyfuse3 lacks patches/pyfuse3-3.5.0-open-flags.patch (run scripts/setup)")
+
+
 def fuse_missing() -> str | None:
     if not os.path.exists("/dev/fuse"):
         return "/dev/fuse is missing: no real mount possible"

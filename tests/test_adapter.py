@@ -16,11 +16,11 @@ import pyfuse3
 import pytest
 import trio
 
-from pisessfs.fuse_ops import MUTABLE_TIMEOUT, OPEN_FLAGS, Operations
+from pisessfs.fuse_ops import MUTABLE_TIMEOUT, Operations
 from pisessfs.sessions import Store
 from pisessfs.view import View
 from tests import damaged
-from tests.conftest import need
+from tests.conftest import need_open_flags
 
 
 class Ctx:
@@ -118,7 +118,7 @@ def test_the_kernel_keeps_a_folders_listing_only_while_it_is_the_same(tmp_path: 
     readdir answered and lists a folder again from its cache while opendir says keep_cache:
     which it must say only when the listing is the one the kernel was last given, and while
     the entries given with it are still valid."""
-    need(OPEN_FLAGS, "pyfuse3 lacks the open flags patch (run scripts/setup)")
+    need_open_flags()
     ops = ops_for(tmp_path)
 
     async def opens() -> list[int | pyfuse3.FileInfo]:
@@ -147,7 +147,7 @@ def test_the_kernel_keeps_a_folders_listing_only_while_it_is_the_same(tmp_path: 
 
 def test_a_read_only_open_asks_for_no_flush_and_a_write_does(tmp_path: Path) -> None:
     """flush is where a save is committed (its errors reach close()): only readers skip it."""
-    need(OPEN_FLAGS, "pyfuse3 lacks the open flags patch (run scripts/setup)")
+    need_open_flags()
     ops = ops_for(tmp_path)
 
     async def opens() -> tuple[pyfuse3.FileInfo, pyfuse3.FileInfo]:

@@ -17,9 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from pisessfs.fuse_ops import OPEN_FLAGS
 from tests import damaged
-from tests.conftest import FORK, KANBAN, RECIPE, Mount, mounted, need, pi, wait_for
+from tests.conftest import (
+    FORK,
+    KANBAN,
+    RECIPE,
+    Mount,
+    mounted,
+    need,
+    need_open_flags,
+    pi,
+    wait_for,
+)
 from tests.test_lifecycle_status import status_json
 
 LONG = 120  # bytes: a message this long is unlikely to be quoted by another
@@ -190,7 +199,7 @@ def test_a_repeated_walk_asks_for_no_listing_and_no_flush(sessions: Path) -> Non
     files without a flush, and a walk again soon after over unchanged sessions is served
     its listings from the kernel's cache (README, "Performance"). A listing that changes is
     asked for again."""
-    need(OPEN_FLAGS, "pyfuse3 lacks the open flags patch (run scripts/setup)")
+    need_open_flags()
     with mounted(sessions, "--debug") as m:
 
         def grep() -> str:
