@@ -16,7 +16,8 @@ ordinary commands on the mount:
 - While a recursive removal (``rm -r``, ``find -delete``, ``shutil.rmtree``) walks a session
   folder, its removals of what is inside answer success and change nothing, so that its last
   step, the session folder, is reached: :class:`Walks` tells such a walk (the process holds
-  the session folder and the folder it removes in open) from a single ``rm FILE`` (EPERM, as
+  the session folder and the folder it removes in open, as ``/proc`` shows) from a single
+  ``rm FILE`` (EPERM, as
   before), and notes what it removed: a folder it did not empty (``rm -r`` at a terminal told
   "n" for a file) answers ENOTEMPTY, as any file system does, and the session stays.
 
@@ -309,13 +310,17 @@ WALK_TTL = 600.0
 
 
 class Walks:
-    """Which processes hold which folders of the mount open (``opendir`` until
-    ``releasedir``), so a recursive removal can be told from a single ``rm``; and what each
-    such walk removed so far, per process and session, so a folder it did not empty stays."""
+    """Which processes hold which folders of the mount open, so a recursive removal can be
+    told from a single ``rm``; and what each such walk removed so far, per process and
+    session, so a folder it did not empty stays.
 
-    def __init__(self) -> None:
-        self._open: dict[int, tuple[int, int]] = {}  # handle -> (inode, pid)
-        self._by_ino: dict[int, dict[int, int]] = {}  # inode -> {handle: pid}
+    The kernel does not tell the filesystem when a folder is opened (``fuse_ops.NO_OPENDIR``):
+    ``/proc/PID/fdinfo`` does, naming each descriptor's mount and inode. Only a removal in a
+    session folder asks, and a process that removes holds a handful of descriptors."""
+
+    def __init__(self, mount_id: int | None = None) -> None:
+        #: this mount's id in mountinfo (None: any mount's inode of that number counts)
+        self.mount_id = mount_id
         # (process, session) -> (when last, {(folder inode, name) removed})
         self._removed: dict[tuple[int, str], tuple[float, set[tuple[int, str]]]] = {}
 
@@ -341,29 +346,35 @@ class Walks:
         for k in [k for k in self._removed if k[1] == path]:
             del self._removed[k]
 
-    def opened(self, fh: int, ino: int, pid: int) -> None:
-        self._open[fh] = (ino, pid)
-        self._by_ino.setdefault(ino, {})[fh] = pid
-
-    def closed(self, fh: int) -> None:
-        held = self._open.pop(fh, None)
-        if held is None:
-            return
-        handles = self._by_ino.get(held[0])
-        if handles is not None:
-            handles.pop(fh, None)
-            if not handles:
-                del self._by_ino[held[0]]
-
     def holds(self, pid: int, ino: int) -> bool:
-        """Whether process ``pid`` (or another thread of it) holds folder ``ino`` open."""
-        pids = set(self._by_ino.get(ino, {}).values())
-        if not pids:
+        """Whether process ``pid`` (or another thread of it: the kernel names the thread that
+        asked) holds folder ``ino`` of this mount open. False when its descriptors cannot be
+        read (another user's process)."""
+        fdinfo = f"/proc/{_process(pid)}/fdinfo"
+        try:
+            fds = os.listdir(fdinfo)
+        except OSError:
             return False
-        if pid in pids:
-            return True
-        group = _tgid(pid)  # the kernel names the thread that asked, not its process
-        return group is not None and any(_tgid(p) == group for p in pids)
+        want = {b"ino": ino} if self.mount_id is None else {b"ino": ino, b"mnt_id": self.mount_id}
+        for fd in fds:
+            try:
+                with open(f"{fdinfo}/{fd}", "rb") as f:
+                    text = f.read(4096)
+            except OSError:
+                continue  # closed meanwhile
+            if _fields(text, want) == want:
+                return True
+        return False
+
+
+def _fields(text: bytes, want: dict[bytes, int]) -> dict[bytes, int]:
+    """The numeric fields of an fdinfo file named in ``want`` (``ino:\t3``)."""
+    out: dict[bytes, int] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(b":")
+        if name in want and value.strip().isdigit():
+            out[name] = int(value)
+    return out
 
 
 def _process(pid: int) -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import hashlib
 import itertools
 import logging
 import os
@@ -61,14 +60,17 @@ ERRNO: dict[type[Exception], int] = {
 
 #: Kernel cache lifetimes: immutable nodes (entry folders, message files) for an hour;
 #: what changes when a session grows is invalidated by the live view when it changes, and
-#: looked at again after 10 s in any case (a folder inotify could not watch).
+#: looked at again after 10 minutes in any case, or after 10 s while a folder of the
+#: sessions could not be watched. (A walk of a year of sessions takes longer than 10 s: with
+#: 10 s, every walk asked a lookup per name of every folder again.)
 IMMUTABLE_TIMEOUT = 3600.0
+WATCHED_TIMEOUT = 600.0
 MUTABLE_TIMEOUT = 10.0
 
 
 def _open_flags() -> bool:
     """Whether this pyfuse3 passes the kernel's FOPEN_NOFLUSH and FOPEN_CACHE_DIR: the build
-    ``scripts/setup`` makes with ``patches/pyfuse3-3.5.0-open-flags.patch``. A stock pyfuse3
+    ``scripts/setup`` makes with ``patches/pyfuse3-3.5.0-walks.patch``. A stock pyfuse3
     works as well, with a request more per file a walk closes and per folder it lists."""
     try:
         pyfuse3.FileInfo(noflush=True, cache_readdir=True)  # type: ignore[call-arg,unused-ignore]
@@ -77,9 +79,26 @@ def _open_flags() -> bool:
     return True
 
 
-#: Read-only opens skip ``flush`` (a walk pays open and release only) and the kernel keeps
-#: folder listings between opens while they are the same (see ``Operations.opendir``).
+#: Read-only opens skip ``flush``: a walk pays open and release only.
 OPEN_FLAGS = _open_flags()
+
+
+def _no_opendir() -> bool:
+    """Whether folders go without ``opendir``: this pyfuse3 passes ``readdir`` the folder's
+    inode once ``opendir`` answered ENOSYS (the same patch), and this kernel (5.1+,
+    FUSE_NO_OPENDIR_SUPPORT) then sends no opendir or releasedir for any folder again."""
+    if not getattr(pyfuse3, "NO_OPENDIR_SUPPORT", False):
+        return False
+    try:
+        release = tuple(int(n) for n in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return release >= (5, 1)
+
+
+#: The kernel lists every folder it listed before from its cache, until the view says the
+#: listing changed (``View.invalidations``, ``PAGES``): a walk pays nothing for a folder.
+NO_OPENDIR = _no_opendir()
 #: How many times a request lets blocking work run (or other requests pass) before it is
 #: answered EAGAIN: a session that never stops changing does not hold a request forever.
 MAX_STEPS = 100_000
@@ -139,14 +158,15 @@ class Operations(pyfuse3.Operations):
         self.editor = Editor(view, cap)
         self.actions = Actions(view)
         self.read_only = read_only
+        #: whether the live view sees every change (then the kernel keeps answers longer)
+        self.watched: Callable[[], bool] = lambda: False
         self._locks: dict[str, trio.Lock] = {}
         self._send, self._recv = trio.open_memory_channel[tuple[int, str | None]](10_000)
         self._fh = itertools.count(1)
         self._full_said = -60.0  # when "invalidation queue full" was last logged
         self._queued: set[tuple[int, str | None]] = set()  # sent, not yet done
-        self._dirs: dict[int, list[tuple[str, v.Attr]]] = {}
-        # folder -> digest of what the kernel last listed from us, and when
-        self._listed: dict[int, tuple[bytes, float]] = {}
+        self._dirs: dict[int, list[tuple[str, v.Attr]]] = {}  # handle -> listing
+        self._listings: dict[int, list[tuple[str, v.Attr]]] = {}  # (NO_OPENDIR) inode -> one
         self._files: dict[int, v.Snapshot] = {}  # read handles: what each one reads
         # Folders a recursive removal was told it removed (they stay): the kernel marked its
         # inode dead, so the folder comes back under a new generation, as a new inode.
@@ -185,7 +205,8 @@ class Operations(pyfuse3.Operations):
         e.st_blksize = 4096
         e.st_blocks = (a.size + 511) // 512
         e.st_atime_ns = e.st_mtime_ns = e.st_ctime_ns = a.mtime_ns
-        e.attr_timeout = IMMUTABLE_TIMEOUT if a.immutable else MUTABLE_TIMEOUT
+        mutable = WATCHED_TIMEOUT if self.watched() else MUTABLE_TIMEOUT
+        e.attr_timeout = IMMUTABLE_TIMEOUT if a.immutable else mutable
         # An entry folder never changes, but its name may come to mean a newer version of
         # the file (a rewrite, a new epoch): names of folders are looked up again sooner.
         dir_name = a.immutable and stat.S_ISDIR(a.mode)
@@ -250,51 +271,46 @@ class Operations(pyfuse3.Operations):
         return self.view.readlink(inode)
 
     @handler
-    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int | pyfuse3.FileInfo:
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
+        if NO_OPENDIR:
+            # The first opendir, and the last: the kernel then opens every folder itself,
+            # and keeps each listing readdir answered until the view drops it (PAGES).
+            log.debug("opendir: ENOSYS, the kernel lists folders from its cache from now on")
+            raise pyfuse3.FUSEError(errno.ENOSYS)
+        fh = next(self._fh)
+        self._dirs[fh] = await self._listing(inode)
+        return fh
+
+    async def _listing(self, inode: int) -> list[tuple[str, v.Attr]]:
         listing = self.view.kept_listing(inode)
         if listing is None:
             await self._ready(inode, listing=True)
             listing = self.view.children(inode)
-        fh = next(self._fh)
-        self._dirs[fh] = listing
-        self.actions.walks.opened(fh, inode, ctx.pid)  # rm -r holds the folders it empties
-        if not OPEN_FLAGS:
-            return fh
-        # The kernel may cache what readdir answers (no readdir request next time). It keeps
-        # what it cached only when the listing is the one it was last given (names, inode
-        # numbers, generations and types are all it caches of a listing: a new leaf, a new
-        # session, a link that moved each make it ask again), and only while the entries
-        # that readdirplus gave with it stay valid for the walk that goes on into them: a
-        # listing from the cache refreshes none, so a walk would then pay a lookup or a
-        # getattr per name instead of one readdir.
-        seen = self._digest(listing)
-        now = time.monotonic()
-        last = self._listed.get(inode)
-        keep = last is not None and last[0] == seen and now - last[1] < MUTABLE_TIMEOUT / 2
-        if not keep:
-            self._listed[inode] = (seen, now)  # (the kernel lists it again, with entries)
-        return pyfuse3.FileInfo(fh=fh, keep_cache=keep, cache_readdir=True)  # type: ignore[call-arg,unused-ignore]
-
-    def _digest(self, listing: Sequence[tuple[str, v.Attr]]) -> bytes:
-        h = hashlib.blake2b(digest_size=16)
-        for name, a in listing:
-            said = f"{a.ino}:{self._generation.get(a.ino, 0)}:{stat.S_IFMT(a.mode)}:{name}/"
-            h.update(said.encode(errors="surrogateescape"))
-        return h.digest()
+        return listing
 
     @handler
     async def readdir(self, fh: int, start_id: int, token: Any) -> None:
-        listing = self._dirs.get(fh, [])
+        listing = await self._continued(fh, start_id) if NO_OPENDIR else self._dirs.get(fh, [])
         for i in range(start_id, len(listing)):
             name, attr = listing[i]
             if not pyfuse3.readdir_reply(token, os.fsencode(name), self._entry(attr), i + 1):
                 break
             self.view.hold(attr)  # each entry taken is a lookup (readdirplus)
 
+    async def _continued(self, ino: int, start: int) -> list[tuple[str, v.Attr]]:
+        """The listing of folder ``ino`` (without opendir, readdir is given the inode) that
+        a readdir from ``start`` goes on with: made at 0, kept until its end is asked for,
+        so one listing's entries and offsets agree."""
+        listing = self._listings.get(ino) if start else None
+        if listing is None:
+            listing = self._listings[ino] = await self._listing(ino)
+        if start >= len(listing):
+            self._listings.pop(ino, None)
+        return listing
+
     @handler
     async def releasedir(self, fh: int) -> None:
         self._dirs.pop(fh, None)
-        self.actions.walks.closed(fh)
 
     @handler
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
@@ -624,7 +640,7 @@ class Operations(pyfuse3.Operations):
         try:
             for ino, count in inode_list:
                 self.view.forget(ino, count)
-                self._listed.pop(ino, None)  # (its listing is no longer cached either)
+                self._listings.pop(ino, None)
                 self.editor.forget(ino)
             log.debug("forget %d inodes: %d named, %d held", len(inode_list), *self.view.named())
         except Exception:

@@ -574,6 +574,7 @@ def _fork(v: View, s: Loaded) -> Fork | None:
     named = named_parent(s)
     if named is None:
         return None
+    v.forks.add(s.path)  # its listing changes when sessions come and go (View.came_or_went)
     fork: Fork | None = s.memo.get("parent")
     if fork is None:
         fork = s.memo["parent"] = Fork(named, None, -math.inf)
@@ -582,9 +583,10 @@ def _fork(v: View, s: Loaded) -> Fork | None:
 
 def _looked_for(v: View, path: str, fork: Fork) -> Fork:
     """``fork`` with its link looked for again (in the store's listings, not in the fork)
-    once it is ``PARENT_TTL`` old: every lookup in the folder asks, and walks no listing."""
+    once it is ``PARENT_TTL`` old, or older than the last session file that came or went:
+    every lookup in the folder asks, and walks no listing."""
     now = time.monotonic()
-    if now - fork.checked >= PARENT_TTL:
+    if now - fork.checked >= PARENT_TTL or fork.checked < v.moved:
         fork.link, fork.checked = _find_parent(v, path, fork.named), now
     return fork
 

@@ -25,7 +25,7 @@ from types import FrameType
 import pyfuse3
 import trio
 
-from . import heap, status
+from . import heap, mountpoint, status
 from .appender import Appender
 from .fuse_ops import Operations
 from .sessions import MIN_IDLE, Store
@@ -80,12 +80,15 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
     appender = Appender()
     ops = Operations(view, read_only=opts.read_only, cap=opts.max_message_bytes, put=appender.put)
     watcher = Watcher(store, view)
+    ops.watched = lambda: not watcher.blind
     # Block the signals until the loop runs: a SIGINT between init and main would otherwise
     # leave the mount behind (s3ql's lesson).
     blocked = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
     signal.signal(status.ASK, signal.SIG_IGN)  # before the status file names this pid
     _init(ops, opts)
+    here = mountpoint.top(opts.mountpoint)  # which descriptors are of this mount (rm -r)
+    ops.actions.walks.mount_id = here.mount_id if here is not None else None
     log.info("mounted %s on %s", store.root, opts.mountpoint)
     faulthandler.register(signal.SIGUSR1)  # dump stacks of a stuck mount: kill -USR1 <pid>
     # A request on the loop gives up the GIL at each syscall, and while a big session is

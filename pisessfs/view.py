@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
 import re
 import stat
@@ -168,6 +169,8 @@ class View:
         # Kernel caches to drop, drained by the adapter: (inode, None) or (parent, name).
         # (a deque: render threads add to it while the loop drains it)
         self.invalidations: deque[tuple[int, str | None]] = deque()
+        self.forks: set[str] = set()  # sessions whose header names a parent session
+        self.moved = -math.inf  # when a session file last came or went (time.monotonic)
         store.on_evict = self._evicted
 
     # -- inodes -----------------------------------------------------------------------------
@@ -1094,6 +1097,7 @@ class View:
 
     def link(self, node: Node, folder: Key, name: str) -> None:
         """Show ``node`` as ``name`` in ``folder`` (replacing a scratch node of that name)."""
+        self._relisted(folder)
         ov = self.overlays.setdefault(folder, Overlay())
         old = ov.names.get(name)
         if old is not None and old is not node:
@@ -1102,6 +1106,7 @@ class View:
         node.links.add((folder, name))
 
     def unlink(self, node: Node, folder: Key, name: str) -> None:
+        self._relisted(folder)
         ov = self.overlays.get(folder)
         if ov is not None and ov.names.get(name) is node:
             del ov.names[name]
@@ -1122,6 +1127,7 @@ class View:
             self.unlink(node, folder, name)
 
     def whiteout(self, folder: Key, name: str, on: bool) -> None:
+        self._relisted(folder)
         ov = self.overlays.setdefault(folder, Overlay())
         (ov.whiteouts.add if on else ov.whiteouts.discard)(name)
         if ov.empty():
@@ -1131,14 +1137,40 @@ class View:
         """The inode of ``key`` if the kernel may have seen it (None: nothing to invalidate)."""
         return self._ino.get(key)
 
+    def _relisted(self, folder: Key) -> None:
+        """What ``folder`` lists is about to change (a save, a whiteout): the kernel keeps a
+        folder's listing until told (fuse_ops.NO_OPENDIR), and a save at ``flush`` is no
+        change of the folder it would see itself."""
+        n = self._ino.get(folder)
+        if n is not None:
+            self.changed_listing(n)
+
+    def known_of(self, kind: str) -> list[tuple[Key, int]]:
+        """The nodes of ``kind`` the kernel may have seen (a scan: for an inotify overflow)."""
+        return [(key, n) for key, n in self._ino.items() if key.kind == kind]
+
+    def came_or_went(self) -> None:
+        """A session file came or went: a fork's ``parent`` link may have too, and the
+        kernel keeps the fork's listing."""
+        self.moved = time.monotonic()
+        for path in self.forks:
+            n = self._ino.get(Key("sess", path))
+            if n is not None:
+                self.changed_listing(n)
+
     def changed_entry(self, parent: int, name: str) -> None:
         self.invalidations.append((parent, name))
+
+    def changed_listing(self, folder: int) -> None:
+        """Folder ``folder`` lists other names: the kernel drops the listing it keeps (and
+        the folder's attributes)."""
+        self.invalidations.append((folder, PAGES))
 
     def changed_session(self, path: str) -> None:
         """The session file changed: drop the kernel's view of what depends on the whole."""
         self._kept.drop(path)
         self.store.changed(path)
-        for kind in ("sess", "leaves", "current", "current.md", "jsonl", *WHOLE_KINDS):
+        for kind in ("sess", "leaves", "nodes", "current", "current.md", "jsonl", *WHOLE_KINDS):
             n = self._ino.get(Key(kind, path))
             if n is not None:
                 self.invalidations.append((n, self._dropped(kind)))
@@ -1147,7 +1179,10 @@ class View:
     def _dropped(kind: str) -> str | None:
         """What the kernel must drop of a changed node: tree.txt and session.json change in
         the middle, and a file opened from kept answers left their bytes in the page cache
-        (conversation.md only grows: what the cache holds of it stays right)."""
+        (conversation.md only grows: what the cache holds of it stays right); the session
+        folder and leaves/ may list other names, and the kernel keeps listings."""
+        if kind in ("sess", "leaves"):
+            return PAGES
         return PAGES if kind in WHOLE_KINDS and not KINDS[kind].append_only else None
 
     def changed_everything_of(self, path: str) -> None:

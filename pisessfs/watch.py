@@ -42,6 +42,7 @@ class Watcher:
         self.view = view
         self.inotify = Inotify()
         self.folders: dict[int, str] = {}  # watch descriptor -> folder path
+        self.blind: set[str] = set()  # folders that could not be watched
         self._watch(store.root)
         for item in store.top():
             if not item.is_session:
@@ -54,8 +55,10 @@ class Watcher:
     def _watch(self, folder: str) -> None:
         try:
             self.folders[self.inotify.add(folder)] = folder
+            self.blind.discard(folder)
         except OSError as err:
-            log.warning("cannot watch %s (%s): its changes show within 1 s only", folder, err)
+            self.blind.add(folder)
+            log.warning("cannot watch %s (%s): changes show within 10 s only", folder, err)
 
     def close(self) -> None:
         self.inotify.close()
@@ -78,6 +81,8 @@ class Watcher:
                 if ev.mask & IN_IGNORED:
                     self.folders.pop(ev.wd, None)
                 continue
+            if ev.mask & _GONE and ev.is_dir and folder == self.store.root:
+                self.blind.discard(os.path.join(folder, ev.name))  # (nothing left to see)
             self._event(folder, ev, changed)
         for path in changed:
             self.view.changed_session(path)
@@ -103,6 +108,8 @@ class Watcher:
             self.view.changed_session(path)
         else:
             changed[path] = None
+        if ev.mask & (_GONE | _CAME):
+            self.view.came_or_went()
 
     def _project(self, path: str, ev: Event) -> None:
         name = os.path.basename(path)
@@ -110,16 +117,22 @@ class Watcher:
             self._watch(path)
         for shown in {name, project_name(name)}:
             self.view.changed_entry(ROOT_INO, shown)
-        self.view.changed_inode(ROOT_INO)
+        self.view.changed_listing(ROOT_INO)
 
     def _folder_changed(self, folder: str, stem: str) -> None:
         """A session file came, went or changed: its folder's listing and times changed."""
         ino = ROOT_INO if folder == self.store.root else self.view.known(Key("proj", folder))
         if ino is not None:
-            self.view.changed_inode(ino)
+            self.view.changed_listing(ino)
             self.view.changed_entry(ino, stem)
 
     def _everything_changed(self, changed: dict[str, None]) -> None:
-        self.view.changed_inode(ROOT_INO)
+        """Events were lost: every folder the kernel may have listed, and every session it
+        may have seen (it keeps their answers for minutes), is dropped from its caches."""
+        self.view.changed_listing(ROOT_INO)
+        for _, ino in self.view.known_of("proj"):
+            self.view.changed_listing(ino)
+        for key, _ in self.view.known_of("sess"):
+            changed[key.path] = None
         for path in self.store.loaded_paths():
             changed[path] = None

@@ -4,8 +4,8 @@
 It loads every file, folder and symlink under SOURCE into dicts at start, then serves them
 read-only with nothing between the kernel and the bytes: long entry/attr timeouts, readdirplus
 replies with attributes, ``keep_cache`` on every open, a no-op ``flush`` and ``release``, and
-(with pyfuse3 built with patches/pyfuse3-3.5.0-open-flags.patch, as pisessfs is) no ``flush``
-at a close and listings cached by the kernel: the same open flags as pisessfs's readers,
+(with pyfuse3 built with patches/pyfuse3-3.5.0-walks.patch, as pisessfs is) no ``flush``
+at a close, no ``opendir`` and listings cached by the kernel: the same as pisessfs's readers,
 and ``ENOATTR`` for every extended attribute (pisessfs serves ``user.pi.*`` xattrs, so it cannot
 answer ENOSYS and have the kernel stop asking). Mount options match pisessfs's
 (``default_permissions``, ``auto_unmount``, ``noatime``).
@@ -29,7 +29,7 @@ from types import FrameType
 import pyfuse3
 import trio
 
-from pisessfs.fuse_ops import OPEN_FLAGS
+from pisessfs.fuse_ops import NO_OPENDIR, OPEN_FLAGS
 
 #: Everything here is immutable for the life of the mount: cache it as long as pisessfs caches
 #: its immutable nodes (pisessfs/fuse_ops.py, IMMUTABLE_TIMEOUT).
@@ -114,14 +114,12 @@ class BareFS(pyfuse3.Operations):
         except KeyError:
             raise pyfuse3.FUSEError(errno.EINVAL) from None
 
-    async def opendir(
-        self, inode: int, ctx: pyfuse3.RequestContext
-    ) -> int | pyfuse3.FileInfo:
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
         if inode not in self.listing:
             raise pyfuse3.FUSEError(errno.ENOTDIR)
-        if OPEN_FLAGS:  # nothing here changes: the kernel keeps every listing
-            return pyfuse3.FileInfo(fh=inode, keep_cache=True, cache_readdir=True)  # type: ignore[call-arg,unused-ignore]
-        return inode
+        if NO_OPENDIR:  # as pisessfs: the kernel opens folders itself, keeps every listing
+            raise pyfuse3.FUSEError(errno.ENOSYS)
+        return inode  # (readdir is given the handle: the inode, either way)
 
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
         listing = self.listing[fh]

@@ -63,11 +63,14 @@ def need(ok: bool, why: str) -> None:
 
 
 def need_open_flags() -> None:
-    """For a test of what the pyfuse3 build of scripts/setup adds (FOPEN_NOFLUSH,
-    FOPEN_CACHE_DIR): skip loudly on a stock pyfuse3, fail in CI."""
-    from pisessfs.fuse_ops import OPEN_FLAGS
+    """For a test of what the pyfuse3 build of scripts/setup adds (FOPEN_NOFLUSH, no
+    opendir): skip loudly on a stock pyfuse3, fail in CI."""
+    from pisessfs.fuse_ops import NO_OPENDIR, OPEN_FLAGS
 
-    need(OPEN_FLAGS, "pyfuse3 lacks patches/pyfuse3-3.5.0-open-flags.patch (run scripts/setup)")
+    need(
+        OPEN_FLAGS and NO_OPENDIR,
+        "pyfuse3 lacks patches/pyfuse3-3.5.0-walks.patch (run scripts/setup), or Linux < 5.1",
+    )
 
 
 def fuse_missing() -> str | None:

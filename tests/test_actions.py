@@ -212,24 +212,28 @@ def damaged_root(tmp_path: Path) -> Path:
     return root
 
 
-def test_a_walk_is_told_by_the_folders_its_process_holds_open() -> None:
-    """The kernel names the thread that asks: another thread of the opener counts as it."""
-    walks = Walks()
-    walks.opened(1, 10, os.getpid())
-    walks.opened(2, 11, os.getpid())
-    seen: list[bool] = []
-    thread = threading.Thread(
-        target=lambda: seen.append(walks.holds(threading.get_native_id(), 10))
-    )
-    thread.start()
-    thread.join()
-    assert seen == [True]
-    assert not walks.holds(os.getppid(), 10)  # another process
-    walks.closed(1)
-    assert not walks.holds(os.getpid(), 10) and walks.holds(os.getpid(), 11)
-    walks.closed(2)
-    walks.closed(2)  # twice: nothing happens
-    assert not walks.holds(os.getpid(), 11)
+def test_a_walk_is_told_by_the_folders_its_process_holds_open(tmp_path: Path) -> None:
+    """The kernel names the thread that asks: another thread of the opener counts as it. What
+    a process holds open is read from /proc (the kernel sends the mount no opendir)."""
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    ino = os.fstat(fd).st_ino
+    info = Path(f"/proc/self/fdinfo/{fd}").read_text()
+    mount_id = int(next(ln for ln in info.splitlines() if ln.startswith("mnt_id:")).split()[1])
+    walks = Walks(mount_id)
+    try:
+        seen: list[bool] = []
+        thread = threading.Thread(
+            target=lambda: seen.append(walks.holds(threading.get_native_id(), ino))
+        )
+        thread.start()
+        thread.join()
+        assert seen == [True]
+        assert not walks.holds(os.getppid(), ino)  # another process
+        assert not walks.holds(os.getpid(), ino + 1)  # another folder
+        assert not Walks(mount_id + 1).holds(os.getpid(), ino)  # another mount's inode
+    finally:
+        os.close(fd)
+    assert not walks.holds(os.getpid(), ino)  # closed
 
 
 # -- name --------------------------------------------------------------------------------------

@@ -16,9 +16,9 @@ import pyfuse3
 import pytest
 import trio
 
-from pisessfs.fuse_ops import MUTABLE_TIMEOUT, Operations
+from pisessfs.fuse_ops import MUTABLE_TIMEOUT, WATCHED_TIMEOUT, Operations
 from pisessfs.sessions import Store
-from pisessfs.view import View
+from pisessfs.view import PAGES, View
 from tests import damaged
 from tests.conftest import need_open_flags
 
@@ -113,36 +113,48 @@ def test_read_serves_the_rendered_bytes(tmp_path: Path) -> None:
     assert trio.run(cat) == b"message number 1\n"
 
 
-def test_the_kernel_keeps_a_folders_listing_only_while_it_is_the_same(tmp_path: Path) -> None:
-    """With the open flags (patches/pyfuse3-3.5.0-open-flags.patch), the kernel caches what
-    readdir answered and lists a folder again from its cache while opendir says keep_cache:
-    which it must say only when the listing is the one the kernel was last given, and while
-    the entries given with it are still valid."""
+def test_the_kernel_is_told_when_a_listing_it_keeps_changed(tmp_path: Path) -> None:
+    """With the patched pyfuse3 (patches/pyfuse3-3.5.0-walks.patch) opendir answers ENOSYS
+    once, and the kernel then keeps every folder's listing until told: an append that adds
+    a leaf drops the session folder's and leaves/'s (PAGES), not only their attributes."""
     need_open_flags()
     ops = ops_for(tmp_path)
 
-    async def opens() -> list[int | pyfuse3.FileInfo]:
+    async def walk() -> tuple[int, int]:
         sess = await enter(ops)
         leaves = await ops.lookup(sess.st_ino, b"leaves", CTX)
-        got: list[int | pyfuse3.FileInfo] = []
-        for _ in range(2):
-            got.append(await ops.opendir(leaves.st_ino, CTX))
-        with (tmp_path / "s.jsonl").open("ab") as f:  # a fork: a second leaf
-            f.write(damaged.line(damaged.user("0000000a", "00000000", "a fork", 9)))
-        ops.view.changed_session(str(tmp_path / "s.jsonl"))  # (what the watcher calls)
-        for _ in range(2):
-            got.append(await ops.opendir(leaves.st_ino, CTX))
-        # The same listing, but the entries it came with have expired in the kernel: it is
-        # given again (readdirplus refreshes them all, where the cache would refresh none).
-        seen, when = ops._listed[leaves.st_ino]
-        ops._listed[leaves.st_ino] = (seen, when - MUTABLE_TIMEOUT / 2)
-        for _ in range(2):
-            got.append(await ops.opendir(leaves.st_ino, CTX))
-        return got
+        with pytest.raises(pyfuse3.FUSEError) as said:
+            await ops.opendir(leaves.st_ino, CTX)
+        assert said.value.errno == errno.ENOSYS
+        return sess.st_ino, leaves.st_ino
 
-    got = [fi for fi in trio.run(opens) if isinstance(fi, pyfuse3.FileInfo)]
-    assert len(got) == 6 and all(fi.cache_readdir for fi in got)
-    assert [fi.keep_cache for fi in got] == [False, True, False, True, False, True]
+    sess, leaves = trio.run(walk)
+    ops.view.invalidations.clear()
+    with (tmp_path / "s.jsonl").open("ab") as f:  # a fork: a second leaf
+        f.write(damaged.line(damaged.user("0000000a", "00000000", "a fork", 9)))
+    ops.view.changed_session(str(tmp_path / "s.jsonl"))  # (what the watcher calls)
+    dropped = set(ops.view.invalidations)
+    assert {(sess, PAGES), (leaves, PAGES)} <= dropped
+
+
+def test_what_can_change_is_kept_for_minutes_only_while_every_folder_is_watched(
+    tmp_path: Path,
+) -> None:
+    """A walk of a year of sessions outlasts 10 s: the kernel keeps names and attributes of
+    what the live view invalidates for 10 minutes, and for 10 s when a folder of the
+    sessions could not be watched (nothing would tell it of a change)."""
+    ops = ops_for(tmp_path)
+
+    async def conversation() -> tuple[float, float]:
+        sess = await enter(ops)
+        conv = await ops.lookup(sess.st_ino, b"conversation.md", CTX)
+        return conv.entry_timeout, conv.attr_timeout
+
+    ops.watched = lambda: True
+    assert trio.run(conversation) == (WATCHED_TIMEOUT, WATCHED_TIMEOUT)
+    ops.watched = lambda: False
+    assert trio.run(conversation) == (MUTABLE_TIMEOUT, MUTABLE_TIMEOUT)
+    assert WATCHED_TIMEOUT > 60 > MUTABLE_TIMEOUT
 
 
 def test_a_read_only_open_asks_for_no_flush_and_a_write_does(tmp_path: Path) -> None:
