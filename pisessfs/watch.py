@@ -95,14 +95,14 @@ class Watcher:
             return
         if not ev.name.endswith(".jsonl"):
             return
-        self._folder_changed(folder, ev.name[: -len(".jsonl")])
+        self._folder_changed(folder, ev.name[: -len(".jsonl")], bool(ev.mask & (_GONE | _CAME)))
         if ev.mask & IN_ATTRIB:
             # chmod, chown: what everything under the session's folder may show changed,
             # and the kernel caches the attributes of entry nodes for long.
             self.view.changed_everything_of(path)
             old = self.store.mode_changed(path)  # its name may no longer show its text
             if old is not None:
-                self._folder_changed(folder, old)
+                self._folder_changed(folder, old, True)
         if ev.mask & _GONE:
             self.store.forget(path)
             self.view.changed_session(path)
@@ -119,11 +119,12 @@ class Watcher:
             self.view.changed_entry(ROOT_INO, shown)
         self.view.changed_listing(ROOT_INO)
 
-    def _folder_changed(self, folder: str, stem: str) -> None:
-        """A session file came, went or changed: its folder's listing and times changed."""
+    def _folder_changed(self, folder: str, stem: str, listing: bool) -> None:
+        """A session file changed: its folder's times changed, and its ``listing`` when the
+        file came or went (the kernel keeps listings: an append does not drop it)."""
         ino = ROOT_INO if folder == self.store.root else self.view.known(Key("proj", folder))
         if ino is not None:
-            self.view.changed_listing(ino)
+            (self.view.changed_listing if listing else self.view.changed_inode)(ino)
             self.view.changed_entry(ino, stem)
 
     def _everything_changed(self, changed: dict[str, None]) -> None:
