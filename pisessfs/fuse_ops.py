@@ -144,6 +144,12 @@ def _errno_of(exc: Exception) -> int:
 class Operations(pyfuse3.Operations):
     """pyfuse3 handlers over a view; state lives in the view, handles in two small maps."""
 
+    #: The kernel keeps link targets until the view drops them (``PAGES``: ``current`` on
+    #: an append, ``latest`` when a session file changes, a fork's ``parent``): ``rg``, which
+    #: stats every link it meets, asked for each target at every walk. (The patched pyfuse3
+    #: reads this; a stock one ignores it.)
+    enable_symlink_cache = True
+
     def __init__(
         self,
         view: v.View,

@@ -1143,7 +1143,7 @@ class View:
         change of the folder it would see itself."""
         n = self._ino.get(folder)
         if n is not None:
-            self.changed_listing(n)
+            self.changed_contents(n)
 
     def known_of(self, kind: str) -> list[tuple[Key, int]]:
         """The nodes of ``kind`` the kernel may have seen (a scan: for an inotify overflow)."""
@@ -1154,17 +1154,18 @@ class View:
         kernel keeps the fork's listing."""
         self.moved = time.monotonic()
         for path in self.forks:
-            n = self._ino.get(Key("sess", path))
-            if n is not None:
-                self.changed_listing(n)
+            for kind in ("sess", "parent"):  # what it lists, where its link leads
+                n = self._ino.get(Key(kind, path))
+                if n is not None:
+                    self.changed_contents(n)
 
     def changed_entry(self, parent: int, name: str) -> None:
         self.invalidations.append((parent, name))
 
-    def changed_listing(self, folder: int) -> None:
-        """Folder ``folder`` lists other names: the kernel drops the listing it keeps (and
-        the folder's attributes)."""
-        self.invalidations.append((folder, PAGES))
+    def changed_contents(self, ino: int) -> None:
+        """Folder ``ino`` lists other names, or link ``ino`` leads elsewhere: the kernel
+        drops the listing or target it keeps (and the attributes)."""
+        self.invalidations.append((ino, PAGES))
 
     def changed_session(self, path: str) -> None:
         """The session file changed: drop the kernel's view of what depends on the whole."""
@@ -1180,8 +1181,9 @@ class View:
         """What the kernel must drop of a changed node: tree.txt and session.json change in
         the middle, and a file opened from kept answers left their bytes in the page cache
         (conversation.md only grows: what the cache holds of it stays right); the session
-        folder and leaves/ may list other names, and the kernel keeps listings."""
-        if kind in ("sess", "leaves"):
+        folder and leaves/ may list other names, and ``current`` lead elsewhere: the kernel
+        keeps listings and link targets."""
+        if kind in ("sess", "leaves", "current", "current.md"):
             return PAGES
         return PAGES if kind in WHOLE_KINDS and not KINDS[kind].append_only else None
 

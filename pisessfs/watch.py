@@ -117,22 +117,25 @@ class Watcher:
             self._watch(path)
         for shown in {name, project_name(name)}:
             self.view.changed_entry(ROOT_INO, shown)
-        self.view.changed_listing(ROOT_INO)
+        self.view.changed_contents(ROOT_INO)
 
     def _folder_changed(self, folder: str, stem: str, listing: bool) -> None:
         """A session file changed: its folder's times changed, and its ``listing`` when the
         file came or went (the kernel keeps listings: an append does not drop it)."""
         ino = ROOT_INO if folder == self.store.root else self.view.known(Key("proj", folder))
         if ino is not None:
-            (self.view.changed_listing if listing else self.view.changed_inode)(ino)
+            (self.view.changed_contents if listing else self.view.changed_inode)(ino)
             self.view.changed_entry(ino, stem)
+        latest = self.view.known(Key("latest", folder))  # it may lead to this one now
+        if latest is not None:
+            self.view.changed_contents(latest)
 
     def _everything_changed(self, changed: dict[str, None]) -> None:
         """Events were lost: every folder the kernel may have listed, and every session it
         may have seen (it keeps their answers for minutes), is dropped from its caches."""
-        self.view.changed_listing(ROOT_INO)
+        self.view.changed_contents(ROOT_INO)
         for _, ino in self.view.known_of("proj"):
-            self.view.changed_listing(ino)
+            self.view.changed_contents(ino)
         for key, _ in self.view.known_of("sess"):
             changed[key.path] = None
         for path in self.store.loaded_paths():

@@ -198,9 +198,9 @@ DROP = "/proc/sys/vm/drop_caches"
 def test_a_repeated_walk_asks_for_no_listing_and_no_flush(sessions: Path) -> None:
     """With the patched pyfuse3 (patches/pyfuse3-3.5.0-walks.patch), a walk closes its
     files without a flush, the kernel opens folders without asking (one opendir ever,
-    answered ENOSYS), and a walk again over unchanged sessions is served its listings from
-    the kernel's cache (README, "Performance"). A listing that changes is asked for again:
-    a new session in a project, a new leaf in a session."""
+    answered ENOSYS), and a walk again over unchanged sessions is served its listings and
+    link targets from the kernel's cache (README, "Performance"). A listing that changes
+    is asked for again: a new session in a project, a new leaf in a session."""
     need_open_flags()
     with mounted(sessions, "--debug") as m:
 
@@ -218,6 +218,13 @@ def test_a_repeated_walk_asks_for_no_listing_and_no_flush(sessions: Path) -> Non
         assert asked(start, "open") > 0  # (it went through us)
         assert asked(start, "readdir") == 0 and asked(0, "flush") == 0
         assert asked(0, "opendir") == 1 and asked(0, "releasedir") == 0
+        # rg stats every link it meets: the kernel keeps their targets
+        need(shutil.which("rg") is not None, "ripgrep (rg) is not installed (apt install ripgrep)")
+        rg = ["rg", "-c", "--sort", "path", PHRASE, str(m.path)]
+        found = subprocess.run(rg, capture_output=True, text=True).stdout
+        start = len(m.log_text())
+        assert subprocess.run(rg, capture_output=True, text=True).stdout == found
+        assert asked(start, "readlink") == 0 and asked(start, "open") > 0
         # a new session in a project already listed: the project is listed again
         project = m.path / "home-ana-src-recipe-box"
         src = next((sessions / "--home-ana-src-recipe-box--").glob("*.jsonl"))
