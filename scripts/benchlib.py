@@ -340,10 +340,21 @@ def drop_caches() -> str | None:
 
 
 def run_timed(argv: list[str]) -> tuple[float, int, int, int, bytes]:
-    t0 = time.perf_counter()
-    p = subprocess.run(argv, capture_output=True, env=ENV)
-    dt = time.perf_counter() - t0
-    return dt, len(p.stdout), p.stdout.count(b"\n"), p.returncode, p.stderr[-500:]
+    """Seconds, output bytes and lines, exit code and the end of stderr of ``argv``. The
+    output is counted as it comes, never held: a grep of the raw JSONL writes hundreds of
+    MiB (whole JSON lines), and gathering them slowed the baseline, not the mount."""
+    nbytes = nlines = 0
+    with tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, env=ENV) as p:
+            assert p.stdout is not None
+            fd = p.stdout.fileno()
+            while chunk := os.read(fd, 1 << 20):
+                nbytes += len(chunk)
+                nlines += chunk.count(b"\n")
+        dt = time.perf_counter() - t0
+        err.seek(0)
+        return dt, nbytes, nlines, p.returncode, err.read()[-500:]
 
 
 def cpu_seconds(pid: int) -> float:
