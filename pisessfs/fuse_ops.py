@@ -69,9 +69,9 @@ MUTABLE_TIMEOUT = 10.0
 
 
 def _open_flags() -> bool:
-    """Whether this pyfuse3 passes the kernel's FOPEN_NOFLUSH and FOPEN_CACHE_DIR: the build
-    ``scripts/setup`` makes with ``patches/pyfuse3-3.5.0-walks.patch``. A stock pyfuse3
-    works as well, with a request more per file a walk closes and per folder it lists."""
+    """Whether this pyfuse3 passes the kernel's FOPEN_NOFLUSH: the build ``scripts/setup``
+    makes with ``patches/pyfuse3-3.5.0-walks.patch``. A stock pyfuse3 works as well, with a
+    request more per file a walk closes (and, see ``NO_OPENDIR``, four per folder)."""
     try:
         pyfuse3.FileInfo(noflush=True, cache_readdir=True)  # type: ignore[call-arg,unused-ignore]
     except TypeError:
