@@ -73,7 +73,7 @@ def _open_flags() -> bool:
     makes with ``patches/pyfuse3-3.5.0-walks.patch``. A stock pyfuse3 works as well, with a
     request more per file a walk closes (and, see ``NO_OPENDIR``, four per folder)."""
     try:
-        pyfuse3.FileInfo(noflush=True, cache_readdir=True)  # type: ignore[call-arg,unused-ignore]
+        pyfuse3.FileInfo(noflush=True)  # type: ignore[call-arg,unused-ignore]
     except TypeError:
         return False
     return True
@@ -327,7 +327,7 @@ class Operations(pyfuse3.Operations):
             # A whole-session file of a session whose file is unchanged since it answered:
             # the kernel knows its size, and its page cache most likely has the bytes.
             self._files[fh] = later
-            return _reading(fh, cached=True)
+            return reading(fh, cached=True)
         await self._ready(inode)
         if writes and self.read_only:
             raise pyfuse3.FUSEError(errno.EROFS)
@@ -343,7 +343,7 @@ class Operations(pyfuse3.Operations):
         # this reader reads ours (the saved version) past the kernel's size and page cache.
         # conversation.md only grows at its end: a repeated grep -r reads it from the cache.
         cached = self.view.cacheable(inode, snap.size) and not self.editor.writing(inode)
-        return _reading(fh, cached)
+        return reading(fh, cached)
 
     @handler
     async def read(self, fh: int, off: int, size: int) -> bytes:
@@ -653,7 +653,7 @@ class Operations(pyfuse3.Operations):
             log.exception("forget failed (ignored)")
 
 
-def _reading(fh: int, cached: bool) -> pyfuse3.FileInfo:
+def reading(fh: int, cached: bool) -> pyfuse3.FileInfo:
     """What the kernel is told of a read-only open: through the page cache or around it,
     and (with ``OPEN_FLAGS``) no ``flush`` at its close: a reader has nothing to commit."""
     fi = pyfuse3.FileInfo(fh=fh, keep_cache=cached, direct_io=not cached)

@@ -29,7 +29,7 @@ from types import FrameType
 import pyfuse3
 import trio
 
-from pisessfs.fuse_ops import NO_OPENDIR, OPEN_FLAGS
+from pisessfs.fuse_ops import NO_OPENDIR, reading
 
 #: Everything here is immutable for the life of the mount: cache it as long as pisessfs caches
 #: its immutable nodes (pisessfs/fuse_ops.py, IMMUTABLE_TIMEOUT).
@@ -137,10 +137,7 @@ class BareFS(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR if inode in self.listing else errno.ENOENT)
         if flags & _WRITE_FLAGS:
             raise pyfuse3.FUSEError(errno.EACCES)
-        fi = pyfuse3.FileInfo(fh=inode, keep_cache=True)
-        if OPEN_FLAGS:
-            fi.noflush = True
-        return fi
+        return reading(inode, cached=True)  # as pisessfs answers a reader
 
     async def read(self, fh: int, off: int, size: int) -> bytes:
         return self.data[fh][off : off + size]
