@@ -66,6 +66,10 @@ ERRNO: dict[type[Exception], int] = {
 IMMUTABLE_TIMEOUT = 3600.0
 WATCHED_TIMEOUT = 600.0
 MUTABLE_TIMEOUT = 10.0
+#: How long a save through the mount waits for the kernel to drop what it changed
+#: (``Operations.settled``): an invalidation takes well under a millisecond; one that hangs
+#: must not hang the editor's close().
+SETTLE_TIMEOUT = 2.0
 
 
 def _open_flags() -> bool:
@@ -171,6 +175,9 @@ class Operations(pyfuse3.Operations):
         self._fh = itertools.count(1)
         self._full_said = -60.0  # when "invalidation queue full" was last logged
         self._queued: set[tuple[int, str | None]] = set()  # sent, not yet done
+        self._sent = 0  # invalidations sent to the invalidator, ever
+        self._done = 0  # of those, how many it has finished
+        self._settling = trio.lowlevel.ParkingLot()  # saves waiting for theirs (settled)
         self._dirs: dict[int, list[tuple[str, v.Attr]]] = {}  # handle -> listing
         self._listings: dict[int, list[tuple[str, v.Attr]]] = {}  # (NO_OPENDIR) inode -> one
         self._files: dict[int, v.Snapshot] = {}  # read handles: what each one reads
@@ -428,6 +435,7 @@ class Operations(pyfuse3.Operations):
                 self.actions.walks.forget(path)  # a walk that reached its end is over
         self.actions.trashed(path, done)
         self.drain()
+        await self.settled()
 
     @handler
     async def rename(  # noqa: PLR0917 (pyfuse3 signature)
@@ -451,6 +459,7 @@ class Operations(pyfuse3.Operations):
             return
         async with self._lock(job.binding.path):
             await self._write(job)
+        await self.settled()  # vim's save: it reads the file back through current at once
 
     @handler
     async def setattr(
@@ -511,6 +520,8 @@ class Operations(pyfuse3.Operations):
             job = (self.editor.release if last else self.editor.prepare)(fh)
             if job is not None:
                 await self._write(job)
+        if job is not None and not last:
+            await self.settled()  # outside the lock: a read the kernel waits for may need it
 
     async def _write(self, job: Job) -> None:
         """Write a prepared commit off the event loop, retrying when another writer raced;
@@ -551,6 +562,7 @@ class Operations(pyfuse3.Operations):
         log.info("%s: appended %s", path, change.what)
         self.view.changed_session(path)
         self.drain()
+        await self.settled()
 
     def drain(self) -> None:
         """Queue the kernel invalidations the core asked for (never done inside a handler)."""
@@ -562,6 +574,7 @@ class Operations(pyfuse3.Operations):
             try:
                 self._send.send_nowait(item)
                 self._queued.add(item)
+                self._sent += 1
             except trio.WouldBlock:
                 now = time.monotonic()
                 if now - self._full_said > 60:  # once a minute: a burst fills it many times
@@ -589,6 +602,21 @@ class Operations(pyfuse3.Operations):
                     await trio.to_thread.run_sync(pyfuse3.invalidate_entry, ino, os.fsencode(name))
             except OSError as err:  # the kernel had forgotten it, or the mount is going
                 log.debug("invalidate %d %r: %s", ino, name, err)
+            self._done += 1
+            self._settling.unpark_all()
+
+    async def settled(self) -> None:
+        """Wait until the kernel has dropped what was queued so far (``drain``), for at most
+        ``SETTLE_TIMEOUT``.
+
+        A save through the mount answers only then: the kernel keeps ``current``'s target,
+        and the program that saved may walk that path again at once (``echo > current/n.md``
+        twice must find the ``n.md`` it saved, in the leaf ``current`` now leads to). The
+        invalidator is another task; without the wait, the reply won the race."""
+        target = self._sent
+        with trio.move_on_after(SETTLE_TIMEOUT):
+            while self._done < target:
+                await self._settling.park()
 
     @handler
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:

@@ -164,6 +164,23 @@ def test_saving_the_same_new_file_twice_appends_once(s: Session, tmp_path: Path)
     one_new(s, before, tmp_path, PARENT, "hello")
 
 
+def test_current_leads_to_the_saved_message_as_soon_as_the_save_returns(s: Session) -> None:
+    """The kernel keeps link targets: the save must not answer before it dropped
+    ``current``'s, or the next path through ``current`` leads to the old leaf (seen in CI:
+    the second of two identical saves appended again)."""
+    before = len(s.lines())
+    rounds = 20
+    script = "".join(
+        f"echo r{i} > '{s.current}/n{i}.md' && cat '{s.current}/n{i}.md' && " for i in range(rounds)
+    )
+    out = subprocess.run(script + "true", shell=True, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [f"r{i}" for i in range(rounds)]
+    new = s.new_entries(before)
+    assert [e["parentId"] for e in new[1:]] == [e["id"] for e in new[:-1]]  # a chain
+    assert len(new) == rounds
+
+
 def test_vim_new_file(s: Session, tmp_path: Path) -> None:
     before = len(s.lines())
     vim("normal iwritten in vim", "wq", path=s.current / "idea.md")
