@@ -14,6 +14,7 @@ no listing shows.
 
 from __future__ import annotations
 
+import enum
 import math
 import os
 import posixpath
@@ -49,6 +50,14 @@ class Request:
 RAW = ".session.jsonl"  # the real file's bytes: session.jsonl links here; never listed
 
 
+class Growth(enum.Enum):
+    """What the kernel drops of a node when its session file grows (``View.changed_session``)."""
+
+    NOTHING = enum.auto()  # what an entry shows never changes
+    ATTRS = enum.auto()  # its size or times: its bytes only grew, or are read around the cache
+    PAGES = enum.auto()  # its listing, link target or cached bytes too: they changed
+
+
 class NodeKind:
     """Default behaviour: a node with nothing in it. Subclasses set ``fmt`` and override."""
 
@@ -65,6 +74,8 @@ class NodeKind:
     #: what it answers (attributes, listing, link target) follows from the session file
     #: alone: kept past the session's eviction while the file is unchanged (``kept``)
     kept: ClassVar[bool] = False
+    #: what the kernel drops of it when its session file grows (one node per session)
+    grows: ClassVar[Growth] = Growth.NOTHING
 
     def child(self, v: View, key: Key, name: str) -> Key:
         raise NotADir(name)
@@ -203,6 +214,7 @@ class Session(NodeKind):
     fmt = stat.S_IFDIR
     unparsed = True  # its attributes: the file's stat
     kept = True
+    grows = Growth.PAGES  # its listing shows tree.txt's and session.json's sizes
 
     def never(self, name: str) -> bool:
         return name.startswith(".") and name != RAW
@@ -271,6 +283,7 @@ class Leaves(_IdFolder):
     name = "leaves"
     fmt = stat.S_IFDIR
     kept = True
+    grows = Growth.PAGES  # a new leaf, or one that is no longer
 
     def child(self, v: View, key: Key, name: str) -> Key:
         s = v.session(key)
@@ -295,6 +308,7 @@ class Nodes(_IdFolder):
     name = "nodes"
     fmt = stat.S_IFDIR
     kept = True
+    grows = Growth.ATTRS  # it lists nothing; its times follow the file
 
     def child(self, v: View, key: Key, name: str) -> Key:
         s = v.session(key)
@@ -393,6 +407,9 @@ class Whole(NodeKind):
     """A file made from the whole session, rendered off the loop once per change."""
 
     kept = True
+    # tree.txt and session.json change in the middle; opened from kept answers, their bytes
+    # are in the page cache
+    grows = Growth.PAGES
 
     def holds(self, v: View, s: Loaded, key: Key) -> bool:
         hit = s.memo.get(self.name)  # a lookup may have answered an older rendering's size
@@ -420,6 +437,7 @@ class ConversationFile(Whole):
 
     name = "conv"
     append_only = True
+    grows = Growth.ATTRS  # what the page cache holds of it stays right
 
     def size(self, v: View, key: Key) -> int:
         return v.conv_size(v.session(key))
@@ -439,6 +457,7 @@ class Raw(NodeKind):
 
     name = "jsonl"
     kept = True  # (rg stats it through session.jsonl)
+    grows = Growth.ATTRS  # (read around the page cache)
 
     def attr(self, v: View, ino: int, key: Key) -> Attr:
         s = v.session(key)
@@ -472,6 +491,7 @@ class Current(_Link):
     """Pi's resume leaf: ``leaves/<leaf>`` (``nodes/<id>`` when it is no leaf)."""
 
     name = "current"
+    grows = Growth.PAGES  # the kernel keeps link targets; the resume leaf moves
 
     def path(self, v: View, s: Loaded, key: Key) -> str:
         resume = s.index.resume

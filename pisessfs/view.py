@@ -57,7 +57,7 @@ from .errors import (
 )
 from .handles import ConvSnapshot, FileSnapshot, Later, Snapshot, Unshelved
 from .kept import Answers, Kept
-from .layout import KINDS, RAW, WHOLE_KINDS, Request, fork_holds, fork_of
+from .layout import KINDS, RAW, WHOLE_KINDS, Growth, Request, fork_holds, fork_of
 from .model import Entry
 from .names import VIEW_SUFFIX, id_name, name_id, utf8
 from .scratch import Node, Overlay
@@ -106,6 +106,8 @@ UNHELD_KEPT = 1 << 17
 #: An invalidation's "name" that asks the kernel to drop an inode's cached bytes as well as
 #: its attributes (no name has a NUL in it).
 PAGES = "\0pages"
+#: The kinds of node a session has one of that its file's growth changes, and how
+_GROWING = [(k, node.grows) for k, node in KINDS.items() if node.grows is not Growth.NOTHING]
 LISTINGS_KEPT = 16  # entry folders' listings kept per session (each is its whole path)
 _NUMBER = re.compile(r"([0-9]{4,})-")  # ASCII only: int() would take any script's digits
 #: Seconds a stat of a session's file vouches for its kept answers: a walk asks
@@ -1171,21 +1173,10 @@ class View:
         """The session file changed: drop the kernel's view of what depends on the whole."""
         self._kept.drop(path)
         self.store.changed(path)
-        for kind in ("sess", "leaves", "nodes", "current", "current.md", "jsonl", *WHOLE_KINDS):
+        for kind, grows in _GROWING:
             n = self._ino.get(Key(kind, path))
             if n is not None:
-                self.invalidations.append((n, self._dropped(kind)))
-
-    @staticmethod
-    def _dropped(kind: str) -> str | None:
-        """What the kernel must drop of a changed node: tree.txt and session.json change in
-        the middle, and a file opened from kept answers left their bytes in the page cache
-        (conversation.md only grows: what the cache holds of it stays right); the session
-        folder and leaves/ may list other names, and ``current`` lead elsewhere: the kernel
-        keeps listings and link targets."""
-        if kind in ("sess", "leaves", "current", "current.md"):
-            return PAGES
-        return PAGES if kind in WHOLE_KINDS and not KINDS[kind].append_only else None
+                self.invalidations.append((n, PAGES if grows is Growth.PAGES else None))
 
     def changed_everything_of(self, path: str) -> None:
         """The session file's owner or mode changed: every node of it shows other bits.
