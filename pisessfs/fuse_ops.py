@@ -70,6 +70,7 @@ MUTABLE_TIMEOUT = 10.0
 #: (``Operations.settled``): an invalidation takes well under a millisecond; one that hangs
 #: must not hang the editor's close().
 SETTLE_TIMEOUT = 2.0
+UNSETTLED = "a save answered before the kernel dropped what it changed"  # (tests look for it)
 
 
 def _open_flags() -> bool:
@@ -435,7 +436,8 @@ class Operations(pyfuse3.Operations):
                 self.actions.walks.forget(path)  # a walk that reached its end is over
         self.actions.trashed(path, done)
         self.drain()
-        await self.settled()
+        # (no ``settled``: the kernel holds the project folder while rmdir waits, and what
+        # the watcher queued meanwhile, a name of that folder, would wait for it: a stall)
 
     @handler
     async def rename(  # noqa: PLR0917 (pyfuse3 signature)
@@ -617,6 +619,9 @@ class Operations(pyfuse3.Operations):
         with trio.move_on_after(SETTLE_TIMEOUT):
             while self._done < target:
                 await self._settling.park()
+        if self._done < target:  # a stall of the saving program: what held the kernel?
+            late = target - self._done
+            log.warning("%s: %d invalidations not done in %.0f s", UNSETTLED, late, SETTLE_TIMEOUT)
 
     @handler
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:

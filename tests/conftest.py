@@ -210,8 +210,19 @@ def mounted(
         wait_for(lambda: os.path.ismount(mnt) or proc.poll() is not None, 20, "the mount")
         assert proc.poll() is None, "mount exited early:\n" + m.log_text()
         yield m
+        _no_stall(m)
     finally:
         _unmount(m)
+
+
+def _no_stall(m: Mount) -> None:
+    """A save (name, label, trash) through the mount must not have waited out its bound for
+    the kernel: the program that saved stalled (an invalidation waited for a folder the
+    kernel held while it waited for the save)."""
+    from pisessfs.fuse_ops import UNSETTLED
+
+    stalled = [line for line in m.log_text().splitlines() if UNSETTLED in line]
+    assert not stalled, "\n".join(stalled)
 
 
 def _unmount(m: Mount) -> None:
