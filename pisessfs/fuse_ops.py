@@ -523,7 +523,7 @@ class Operations(pyfuse3.Operations):
             if job is not None:
                 await self._write(job)
         if job is not None and not last:
-            await self.settled()  # outside the lock: a read the kernel waits for may need it
+            await self.settled()  # outside the lock: the session's next save need not wait
 
     async def _write(self, job: Job) -> None:
         """Write a prepared commit off the event loop, retrying when another writer raced;

@@ -216,9 +216,9 @@ def mounted(
 
 
 def _no_stall(m: Mount) -> None:
-    """A save (name, label, trash) through the mount must not have waited out its bound for
-    the kernel: the program that saved stalled (an invalidation waited for a folder the
-    kernel held while it waited for the save)."""
+    """A save, name or label through the mount must not have waited out its bound for the
+    kernel: the program that saved stalled (an invalidation waited for a folder the kernel
+    held while it waited for the save, as a trash's did)."""
     from pisessfs.fuse_ops import UNSETTLED
 
     stalled = [line for line in m.log_text().splitlines() if UNSETTLED in line]
