@@ -76,6 +76,9 @@ class NodeKind:
     kept: ClassVar[bool] = False
     #: what the kernel drops of it when its session file grows (one node per session)
     grows: ClassVar[Growth] = Growth.NOTHING
+    #: of a fork, it changes when a session file comes or goes: its parent may have
+    #: (its listing, its link target; ``View.came_or_went``)
+    follows_parent: ClassVar[bool] = False
 
     def child(self, v: View, key: Key, name: str) -> Key:
         raise NotADir(name)
@@ -215,6 +218,7 @@ class Session(NodeKind):
     unparsed = True  # its attributes: the file's stat
     kept = True
     grows = Growth.PAGES  # its listing shows tree.txt's and session.json's sizes
+    follows_parent = True  # a fork's lists ``parent`` while its parent is in the mount
 
     def never(self, name: str) -> bool:
         return name.startswith(".") and name != RAW
@@ -560,6 +564,7 @@ class Parent(_Link):
     """``parent``: the session this one was forked from, when it is a session of the mount."""
 
     name = "parent"  # (a dropped fork's answers hold with the link they gave: ``Fork``)
+    follows_parent = True
 
     def path(self, v: View, s: Loaded, key: Key) -> str:
         target = parent_of(v, s)

@@ -108,6 +108,8 @@ UNHELD_KEPT = 1 << 17
 PAGES = "\0pages"
 #: The kinds of node a session has one of that its file's growth changes, and how
 _GROWING = [(k, node.grows) for k, node in KINDS.items() if node.grows is not Growth.NOTHING]
+#: The kinds of node of a fork that a session file coming or going changes
+_FOLLOWING = [k for k, node in KINDS.items() if node.follows_parent]
 LISTINGS_KEPT = 16  # entry folders' listings kept per session (each is its whole path)
 _NUMBER = re.compile(r"([0-9]{4,})-")  # ASCII only: int() would take any script's digits
 #: Seconds a stat of a session's file vouches for its kept answers: a walk asks
@@ -1156,7 +1158,7 @@ class View:
         kernel keeps the fork's listing."""
         self.moved = time.monotonic()
         for path in self.forks:
-            for kind in ("sess", "parent"):  # what it lists, where its link leads
+            for kind in _FOLLOWING:
                 n = self._ino.get(Key(kind, path))
                 if n is not None:
                     self.changed_contents(n)
