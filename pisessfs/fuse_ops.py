@@ -70,7 +70,21 @@ MUTABLE_TIMEOUT = 10.0
 #: (``Operations.settled``): an invalidation takes well under a millisecond; one that hangs
 #: must not hang the editor's close().
 SETTLE_TIMEOUT = 2.0
+INVALIDATE_BATCH = 64  # invalidations at most per trip to a worker thread
 UNSETTLED = "a save answered before the kernel dropped what it changed"  # (tests look for it)
+
+
+def _invalidate(batch: list[tuple[int, str | None]]) -> None:
+    """Tell the kernel to drop each item's cache (in a worker thread, see ``invalidator``):
+    an inode's attributes (name None), with its pages (``PAGES``), or a name in a folder."""
+    for ino, name in batch:
+        try:
+            if name is None or name == v.PAGES:
+                pyfuse3.invalidate_inode(ino, name is None)
+            else:
+                pyfuse3.invalidate_entry(ino, os.fsencode(name))
+        except OSError as err:  # the kernel had forgotten it, or the mount is going
+            log.debug("invalidate %d %r: %s", ino, name, err)
 
 
 def _open_flags() -> bool:
@@ -594,17 +608,16 @@ class Operations(pyfuse3.Operations):
         tree.txt and session.json opened from kept answers (``View.later``), whose pages go
         too (``PAGES``); a read of them in flight is answered by the free loop meanwhile.
         """
-        async for ino, name in self._recv:
-            self._queued.discard((ino, name))  # a change from now on asks again
-            try:
-                if name is None or name == v.PAGES:
-                    attr_only = name is None
-                    await trio.to_thread.run_sync(pyfuse3.invalidate_inode, ino, attr_only)
-                else:
-                    await trio.to_thread.run_sync(pyfuse3.invalidate_entry, ino, os.fsencode(name))
-            except OSError as err:  # the kernel had forgotten it, or the mount is going
-                log.debug("invalidate %d %r: %s", ino, name, err)
-            self._done += 1
+        async for item in self._recv:
+            batch = [item]  # what is queued by now, in one trip to a thread (a save's ten)
+            while len(batch) < INVALIDATE_BATCH:
+                try:
+                    batch.append(self._recv.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            self._queued.difference_update(batch)  # a change from now on asks again
+            await trio.to_thread.run_sync(_invalidate, batch)
+            self._done += len(batch)
             self._settling.unpark_all()
 
     async def settled(self) -> None:
