@@ -40,7 +40,7 @@ FSTYPE = status.FSTYPE  # what mountinfo says of our mounts (subtype=pisessfs)
 COMMANDS = ("mount", "umount", "demo", "status", "install-unit")
 # -o options: what they set, the kernel flags passed on, and those with nothing to do here
 # (mount(8) and mount.fuse3 pass some on: rw, nosuid, nodev, noexec with "user", dev, suid).
-OPTION_FLAGS = {"ro", "nonempty", "allow_other", "debug"}
+OPTION_FLAGS = {"ro", "nonempty", "allow_other", "debug", "warm"}
 OPTION_VALUES = {"log", "cache_mb", "cache_idle", "max_message_mb"}
 KERNEL_FLAGS = {"nosuid", "nodev", "noexec"}
 IGNORED = {
@@ -71,6 +71,7 @@ class Options:
     nonempty: bool = False
     allow_other: bool = False
     debug: bool = False
+    warm: bool = False
     kernel: set[str] = field(default_factory=set)
     log: str | None = None
     cache_mb: int | None = None
@@ -107,8 +108,8 @@ def parse_options(values: list[str]) -> Options:
     if unknown:
         raise ValueError(
             f"unknown mount option(s): {', '.join(unknown)} (pisessfs takes ro, nonempty, "
-            "allow_other, debug, log=FILE, cache_mb=N, cache_idle=S, max_message_mb=N, and mount's "
-            "own)"
+            "allow_other, debug, warm, log=FILE, cache_mb=N, cache_idle=S, max_message_mb=N, "
+            "and mount's own)"
         )
     return out
 
@@ -178,12 +179,19 @@ def _common(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="OPT",
         help="mount options, comma-separated: 'ro' read-only, 'nonempty' mount over a folder "
-        "that is not empty, allow_other, debug, log=FILE, cache_mb=N, cache_idle=S, "
+        "that is not empty, allow_other, debug, warm, log=FILE, cache_mb=N, cache_idle=S, "
         "max_message_mb=N (mount's own, such as rw, nosuid, noauto, user, are accepted)",
     )
     p.add_argument("--allow-other", action="store_true", help="let other users see the mount")
     p.add_argument("--debug", action="store_true", help="log every request")
     p.add_argument("--debug-fuse", action="store_true", help="libfuse's own debug output")
+    p.add_argument(
+        "--warm",
+        action="store_true",
+        help="render every session in the background after mounting, while nothing is asked, "
+        "until the cache is full: the first grep -r is then as fast as a repeated one (costs "
+        "about a minute of one core per GB of sessions, and memory up to --cache-mb)",
+    )
     p.add_argument(
         "--cache-mb",
         type=int,
@@ -249,6 +257,7 @@ def _helper_args(argv: list[str]) -> argparse.Namespace:
         cache_mb=None,
         cache_idle=None,
         max_message_mb=None,
+        warm=False,
         log=None,
         quiet=True,
     )
@@ -308,6 +317,7 @@ def mount(args: argparse.Namespace) -> int:
         max_message_bytes=int((8 if max_mb is None else max_mb) * (1 << 20)),
         log_file=str(logfile) if logfile else None,
         flags=frozenset(o.kernel),
+        warm=args.warm or o.warm,
     )
     notify = _Notify(os.environ.pop("NOTIFY_SOCKET", None))
     report = _Report(None)

@@ -71,6 +71,9 @@ MUTABLE_TIMEOUT = 10.0
 #: must not hang the editor's close().
 SETTLE_TIMEOUT = 2.0
 INVALIDATE_BATCH = 64  # invalidations at most per trip to a worker thread
+#: ``--warm`` renders the next session only after this long without a request: a walk or an
+#: editor the user runs meanwhile goes first.
+WARM_QUIET = 0.2
 UNSETTLED = "a save answered before the kernel dropped what it changed"  # (tests look for it)
 
 
@@ -126,11 +129,18 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+class _Asked:
+    """When a request last came (``Operations.warm`` waits for a quiet moment)."""
+
+    last = 0.0
+
+
 def handler(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
     """Answer core errors with their errno and anything unexpected with EIO, never crash."""
 
     @functools.wraps(fn)
     async def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
+        _Asked.last = time.monotonic()
         if log.isEnabledFor(logging.DEBUG):  # --debug: every request
             log.debug("%s%r", fn.__name__, args[1:])
         try:
@@ -315,6 +325,79 @@ class Operations(pyfuse3.Operations):
             await self._ready(inode, listing=True)
             listing = self.view.children(inode)
         return listing
+
+    async def warm(self) -> None:
+        """``--warm``: list every session folder as a walk would, newest first, whenever no
+        request came for :data:`WARM_QUIET`, until the cache is full (``Store.warm_room``).
+
+        Listing a session folder renders its files off the loop, and a session the cache
+        drops later leaves its answers and its files (``View.later``, the shelf): the first
+        walk is then answered like a repeated one. It never ends the mount: a failure here
+        ends the warm-up, with a line in the log."""
+        start, done, store = time.monotonic(), 0, self.view.store
+        try:
+            for key in await self._warm_order():
+                while time.monotonic() - _Asked.last < WARM_QUIET or store.shelf.busy():
+                    # (the shelf refuses what comes faster than it packs: those would be lost)
+                    await trio.sleep(0.01 if store.shelf.busy() else WARM_QUIET)
+                if not store.warm_room():
+                    log.info("warm-up: the cache is full after %d sessions", done)
+                    break
+                await self._make_room(key.path)
+                try:
+                    await self._list_below(self.view.ino(key))  # (numbered again if swept)
+                except (v.ViewError, Unreadable, OSError) as err:  # gone, unreadable: skip it
+                    log.debug("warm-up: %s: %s", key.path, err)
+                    continue
+                done += 1
+            else:
+                log.info("warm-up: %d sessions rendered in %.1f s", done, time.monotonic() - start)
+            # What is past the cap goes once idle (no request will make it go), one session
+            # at a time: the shelf refuses what comes faster than it packs.
+            await trio.sleep(store.min_idle)
+            while store.shrink(1):
+                while store.shelf.busy():
+                    await trio.sleep(0.01)
+        except Exception:
+            log.exception("warm-up failed after %d sessions (the mount goes on)", done)
+
+    async def _make_room(self, path: str) -> None:
+        """Drop sessions the warm-up parsed until session ``path`` fits under the cap (about
+        twice its file's size, with its renders), one at a time as the shelf packs them:
+        left to the request that parses it, a big session dropped hundreds at once, and the
+        shelf refused what came faster than it packs (those were parsed again by the walk).
+        Any not used for :data:`WARM_QUIET` may go: no request came meanwhile."""
+        store = self.view.store
+        try:
+            size = store.files.lstat(path).st_size
+        except OSError:
+            return
+        while store.shrink(1, room=min(2 * size, store.cache_bytes), idle=WARM_QUIET):
+            while store.shelf.busy():
+                await trio.sleep(0.01)
+
+    async def _list_below(self, ino: int) -> None:
+        """List folder ``ino`` and every folder below it, not following links, as ``grep -r``
+        does (a session's ``leaves/`` and ``nodes/`` too: their listings are kept with it)."""
+        for _, a in await self._listing(ino):
+            if stat.S_ISDIR(a.mode):
+                await self._list_below(a.ino)
+
+    async def _warm_order(self) -> list[v.Key]:
+        """Every session folder, the most recently changed first (what ``ls`` of the root
+        and of each project folder lists)."""
+        found: list[tuple[int, v.Key]] = []
+        for _, a in await self._listing(v.ROOT_INO):
+            if a.key.kind == "proj":
+                try:
+                    listed = await self._listing(self.view.ino(a.key))
+                except (v.ViewError, Unreadable, OSError):
+                    continue
+                found += [(b.mtime_ns, b.key) for _, b in listed if b.key.kind == "sess"]
+            elif a.key.kind == "sess":
+                found.append((a.mtime_ns, a.key))
+        found.sort(key=lambda item: item[0], reverse=True)
+        return [key for _, key in found]
 
     @handler
     async def readdir(self, fh: int, start_id: int, token: Any) -> None:

@@ -53,6 +53,7 @@ class MountOptions:
     max_message_bytes: int = 8 << 20
     log_file: str | None = None  # where the watchdog logs; None: the inherited stderr
     flags: frozenset[str] = frozenset()  # kernel mount flags asked for: nosuid, nodev, noexec
+    warm: bool = False  # render every session in the background (Operations.warm)
 
 
 class MountError(Exception):
@@ -113,7 +114,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
         if ready is not None:
             ready()
         try:
-            trio.run(_serve, ops, watcher, blocked, state)
+            trio.run(_serve, ops, watcher, blocked, state, opts.warm)
         finally:
             # A late SIGINT/SIGTERM (systemd's, after its ExecStop unmounted) must not reach
             # pyfuse3.terminate() once the loop is gone: it stays pending until the exit.
@@ -175,7 +176,11 @@ def _parsed(store: Store) -> tuple[int, int]:
 
 
 async def _serve(
-    ops: Operations, watcher: Watcher, blocked: set[signal.Signals], state: status.Writer
+    ops: Operations,
+    watcher: Watcher,
+    blocked: set[signal.Signals],
+    state: status.Writer,
+    warm: bool,
 ) -> None:
     def stop(signum: int, frame: FrameType | None) -> None:
         log.info("signal %d: unmounting", signum)
@@ -189,6 +194,8 @@ async def _serve(
         nursery.start_soon(_watch, watcher, ops)
         nursery.start_soon(_refresh, state)
         nursery.start_soon(_trim, ops.view)
+        if warm:
+            nursery.start_soon(ops.warm)
         await pyfuse3.main()
         nursery.cancel_scope.cancel()
 

@@ -61,6 +61,8 @@ _CHUNK = 40 << 20
 INLINE_BYTES = 512 << 10  # parsed on the event loop at a time (a few ms at most)
 #: Seconds a parsed session is kept past the cap after its last use (``--cache-idle``).
 MIN_IDLE = 5.0
+#: ``--warm`` stops when the shelf is this full: more would push out what it warmed.
+WARM_SHELF = 0.9
 FREEZE_EVERY = 100_000  # appended entries after which the collector stops walking them
 
 Work = Callable[[], object]  # blocking work a step hands back, to run off the loop
@@ -833,6 +835,13 @@ class Store:
         if sf is not None:
             sf.changed()
 
+    def warm_room(self) -> bool:
+        """Whether one more session parsed keeps the ones before (``--warm``): the parse
+        cache is under the cap, or the shelf, where the cap sends what it drops, has room."""
+        if self.held() < self.cache_bytes:
+            return True
+        return self.shelf.bytes < WARM_SHELF * self.shelf.budget
+
     def held(self) -> int:
         """Bytes counted against the cap: the parsed sessions and the shelf."""
         return self._total + self.shelf.bytes
@@ -868,19 +877,37 @@ class Store:
             old = self._lru.pop(sf.path, (0, 0.0))[0]
             self._lru[sf.path] = (size, now)  # last: O(1), this runs on every request
             self._total += size - old
-            if self.held() <= self.cache_bytes:
-                return  # the common case: no walk over every session, on every request
-            gone: list[str] = []  # (taken out after the loop: not a copy of 5,000 per request)
-            for path, (held, used) in self._lru.items():
-                if self.held() <= self.cache_bytes or now - used < self.min_idle:
-                    break
-                victim = self._files[path]
-                victim.evict()
-                if victim.loaded is None:
-                    self._total -= held
-                    gone.append(path)
-            for path in gone:
-                del self._lru[path]
+            self._shrink(now)
+
+    def shrink(self, most: int, room: int = 0, idle: float | None = None) -> int:
+        """Drop at most ``most`` sessions, least recently used first, until ``room`` bytes
+        more fit under the cap, of those not used in the last ``idle`` seconds (default:
+        ``min_idle``); how many went. ``--warm`` drops them one at a time, as fast as the
+        shelf packs them: what a request drops at once is more than the shelf takes."""
+        with self._lru_lock:
+            return self._shrink(time.monotonic(), most, room, idle)
+
+    def _shrink(
+        self, now: float, most: int | None = None, room: int = 0, idle: float | None = None
+    ) -> int:
+        cap = self.cache_bytes - room
+        if self.held() <= cap:
+            return 0  # the common case: no walk over every session, on every request
+        idle = self.min_idle if idle is None else idle
+        gone: list[str] = []  # (taken out after the loop: not a copy of 5,000 per request)
+        for path, (held, used) in self._lru.items():
+            if self.held() <= cap or now - used < idle:
+                break
+            if most is not None and len(gone) >= most:
+                break
+            victim = self._files[path]
+            victim.evict()
+            if victim.loaded is None:
+                self._total -= held
+                gone.append(path)
+        for path in gone:
+            del self._lru[path]
+        return len(gone)
 
 
 def _stem(path: str) -> str:

@@ -118,6 +118,10 @@ class Shelf:
         self._todo.put((path, kind, ident, parts, size, raw))
         return True
 
+    def busy(self) -> bool:
+        """Whether the packer has files still to compress (read without the lock)."""
+        return self._waiting > 0
+
     def _pack(self) -> None:
         while True:
             path, kind, ident, parts, size, raw = self._todo.get()

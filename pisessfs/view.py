@@ -1040,14 +1040,18 @@ class View:
         if ident is None:
             return
         conv = s.memo.get("conversation")
+        offered: list[bool] = []
         if conv is not None and conv.done == len(s.parser.entries):
             parts = conv.parts()
             if parts is not None:
-                shelf.offer(s.path, ident, "conv", parts, conv.size)
+                offered.append(shelf.offer(s.path, ident, "conv", parts, conv.size))
         for kind in RENDERED:  # tree.txt and session.json, when of the file as it is
             hit = s.memo.get(kind)
             if hit is not None and hit[0] == s.version:
-                shelf.offer(s.path, ident, kind, [(0, hit[1], False)], len(hit[1]))
+                offered.append(shelf.offer(s.path, ident, kind, [(0, hit[1], False)], len(hit[1])))
+        if len(offered) < 3 or not all(offered):
+            said = (s.path, len(offered), offered.count(False))
+            log.debug("%s: not all shelved (offered %d, refused %d)", *said)
 
     def unshelve(self, later: Later) -> bool:
         """Make the bytes of ``later`` from the shelf, when its file is there as the kernel

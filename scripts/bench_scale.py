@@ -8,6 +8,8 @@ generator: long tool outputs, images, edits that branch, compactions, labels), t
 
 - ``grep -r WORD`` and ``rg WORD`` over the mount against the same over the raw folder, warm
   (one untimed run first) and cold (page cache dropped and, for the mount, a fresh daemon);
+- the first walk of a fresh daemon started with ``--warm``, once its warm-up is over (page
+  cache dropped), against the raw folder's cold run, with how long the warm-up took;
 - hits: matching lines over the mount (and in conversation.md alone) per matching entry of
   the raw files; the bytes a walk reads against the raw bytes;
 - the daemon's memory after the walks; mount start, and the first ``ls -l`` of a project of
@@ -105,6 +107,40 @@ def cold_mount(tool: str, word: str, m: b.Mount, runs: int) -> list[float] | str
     return out
 
 
+def warmed_mount(tool: str, word: str, m: b.Mount, runs: int) -> tuple[list[float], str] | str:
+    """First walks of a fresh daemon started with ``--warm``, each once the log says its
+    warm-up is over, the page cache dropped; and what the last warm-up said."""
+    out, said, plain = [], "", m.extra
+    m.extra = [*plain, "--warm"]
+    try:
+        for _ in range(runs):
+            m.stop()
+            since = m.logfile.stat().st_size if m.logfile.exists() else 0
+            m.start(timeout=120)
+            said = _warm_up(m, since)
+            why = b.drop_caches()
+            if why:
+                return why
+            out.append(timed(walks(tool, word, m.mnt)))
+    finally:
+        m.extra = plain
+    return out, said
+
+
+def _warm_up(m: b.Mount, since: int, timeout: float = 3600) -> str:
+    """The daemon's "warm-up: ..." line after byte ``since`` of its log, once the daemon is
+    done with it (it drops what is past the cap ``--cache-idle`` seconds later)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = m.logfile.read_bytes()[since:].decode(errors="replace")
+        line = next((ln for ln in text.splitlines() if "warm-up" in ln), None)
+        if line is not None:
+            time.sleep(6)  # (the default --cache-idle, and a little)
+            return line.partition("warm-up")[2].lstrip(": ")
+        time.sleep(0.5)
+    raise RuntimeError(f"no warm-up line in {m.logfile} after {timeout:.0f} s")
+
+
 def hits(word: str, raw: Path, mnt: Path) -> dict[str, int]:
     """Matching lines over the mount (all, and in conversation.md) and matching raw lines
     (one per entry: a JSONL line is an entry)."""
@@ -178,6 +214,13 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                 b.log(f"{tool}: cold")
                 result[f"{tool}_cold_raw"] = cold_raw(tool, args.word, raw, args.cold_runs)
                 result[f"{tool}_cold_mount"] = cold_mount(tool, args.word, m, args.cold_runs)
+            for tool in ("grep", "rg"):
+                b.log(f"{tool}: first walk after --warm")
+                got = warmed_mount(tool, args.word, m, args.cold_runs)
+                if isinstance(got, str):
+                    result[f"{tool}_warmed_mount"] = got
+                else:
+                    result[f"{tool}_warmed_mount"], result["warm_up"] = got
     finally:
         m.stop()
     result["listing"] = first_listing(raw, tmp, 100)
@@ -207,6 +250,15 @@ def report(r: dict[str, Any]) -> str:
             lines.append(
                 f"{what:<22} {a:8.2f} {m:8.2f} {m / a:6.2f} {tgt:6.1f}x {mark:<4} runs {each}"
             )
+    for tool in ("grep", "rg"):
+        raw, warmed = r.get(f"{tool}_cold_raw"), r.get(f"{tool}_warmed_mount")
+        if isinstance(raw, list) and isinstance(warmed, list):
+            a, m = b.median(raw), b.median(warmed)
+            what = f"{tool}{' -r' if tool == 'grep' else ''} after --warm"
+            each = " ".join(f"{x:.1f}" for x in warmed)
+            lines.append(f"{what:<22} {a:8.2f} {m:8.2f} {m / a:6.2f}  (cold raw) runs {each}")
+    if "warm_up" in r:
+        lines.append(f"the last --warm daemon's warm-up: {r['warm_up']}")
     h = r["hits"]
     per = h["conversation_lines"] / max(1, h["raw_entries"])
     lines += [

@@ -483,6 +483,7 @@ def test_mount_options_are_parsed_as_mount_writes_them() -> None:
     with pytest.raises(ValueError, match=r"^mount option cache_mb=lots: not a number$"):
         cli.parse_options(["cache_mb=lots"])
     assert cli.parse_options(["cache_idle=0.5"]).cache_idle == 0.5
+    assert cli.parse_options(["warm"]).warm and not cli.parse_options(["ro"]).warm
     with pytest.raises(ValueError, match=r"^mount option cache_mb=1.5: not a number$"):
         cli.parse_options(["cache_mb=1.5"])  # a number of MiB
     with pytest.raises(ValueError, match=r"^unknown mount option\(s\): ro=1, big_writes "):

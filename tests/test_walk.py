@@ -242,6 +242,31 @@ def test_a_repeated_walk_asks_for_no_listing_and_no_flush(sessions: Path) -> Non
         assert shown < set(os.listdir(leaves))
 
 
+def test_a_warmed_mount_answers_its_first_walk_without_parsing(sessions: Path) -> None:
+    """``--warm`` lists every session folder in the background: the first ``grep -r`` then
+    parses and renders nothing, and finds what a mount without it finds. With no room in
+    the cache, it renders nothing at all (memory stays within the cap)."""
+    count = len(list(sessions.rglob("*.jsonl")))
+    argv = ["grep", "-r", PHRASE]
+    with mounted(sessions) as ref:
+        expected = subprocess.run([*argv, str(ref.path)], capture_output=True, text=True)
+    with mounted(sessions, "--warm", "--debug") as m:
+        wait_for(lambda: "warm-up:" in m.log_text(), 60, "the warm-up")
+        said = re.search(r"warm-up: (\d+) sessions rendered", m.log_text())
+        assert said is not None and int(said.group(1)) == count, m.log_text()[-2000:]
+        assert "read" in m.log_text() and " whole (" in m.log_text()  # it did parse them
+        start = len(m.log_text())
+        found = subprocess.run([*argv, str(m.path)], capture_output=True, text=True)
+        assert found.stdout.replace(str(m.path), "MNT") == expected.stdout.replace(
+            str(ref.path), "MNT"
+        )
+        assert found.stdout.count(PHRASE) >= 1
+        assert " whole (" not in m.log_text()[start:]  # no session parsed by the walk
+    with mounted(sessions, "--warm", "--cache-mb", "0") as m:
+        wait_for(lambda: "warm-up:" in m.log_text(), 60, "the warm-up")
+        assert "warm-up: the cache is full after 0 sessions" in m.log_text()
+
+
 def test_walks_over_more_sessions_than_the_cache_holds_parse_them_once(sessions: Path) -> None:
     """A year of sessions is bigger than the parse cache: each walk dropped every session
     before the next walk came back to it, and the next walk parsed and rendered them all
