@@ -355,7 +355,7 @@ class Operations(pyfuse3.Operations):
             # What is past the cap goes once idle (no request will make it go), one session
             # at a time: the shelf refuses what comes faster than it packs.
             await trio.sleep(store.min_idle)
-            while store.shrink(1):
+            while await trio.to_thread.run_sync(store.shrink, 1):
                 while store.shelf.busy():
                     await trio.sleep(0.01)
         except Exception:
@@ -372,7 +372,9 @@ class Operations(pyfuse3.Operations):
             size = store.files.lstat(path).st_size
         except OSError:
             return
-        while store.shrink(1, room=min(2 * size, store.cache_bytes), idle=WARM_QUIET):
+        room = min(2 * size, store.cache_bytes)
+        # (in a thread: a session dropped leaves its answers, made from it on the way out)
+        while await trio.to_thread.run_sync(store.shrink, 1, room, WARM_QUIET):
             while store.shelf.busy():
                 await trio.sleep(0.01)
 
