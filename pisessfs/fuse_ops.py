@@ -352,31 +352,33 @@ class Operations(pyfuse3.Operations):
                 done += 1
             else:
                 log.info("warm-up: %d sessions rendered in %.1f s", done, time.monotonic() - start)
-            # What is past the cap goes once idle (no request will make it go), one session
-            # at a time: the shelf refuses what comes faster than it packs.
-            await trio.sleep(store.min_idle)
-            while await trio.to_thread.run_sync(store.shrink, 1):
-                while store.shelf.busy():
-                    await trio.sleep(0.01)
+            await trio.sleep(store.min_idle)  # then what is past the cap goes (no request will)
+            await self._drop_paced(0, store.min_idle)
         except Exception:
             log.exception("warm-up failed after %d sessions (the mount goes on)", done)
 
     async def _make_room(self, path: str) -> None:
         """Drop sessions the warm-up parsed until session ``path`` fits under the cap (about
-        twice its file's size, with its renders), one at a time as the shelf packs them:
-        left to the request that parses it, a big session dropped hundreds at once, and the
-        shelf refused what came faster than it packs (those were parsed again by the walk).
-        Any not used for :data:`WARM_QUIET` may go: no request came meanwhile."""
+        twice its file's size, with its renders): left to the request that parses it, a big
+        session dropped hundreds at once, more than the shelf takes. Any not used for
+        :data:`WARM_QUIET` may go: no request came meanwhile."""
         store = self.view.store
         try:
             size = store.files.lstat(path).st_size
         except OSError:
             return
-        room = min(2 * size, store.cache_bytes)
-        # In a thread: a session dropped makes its kept answers on the way out, and one drop
-        # after another on the loop held browsing up (p90 288 ms, 28 ms so). The view's
-        # tables see single dict operations from it, as from the render threads.
-        while await trio.to_thread.run_sync(store.shrink, 1, room, WARM_QUIET):
+        await self._drop_paced(min(2 * size, store.cache_bytes), WARM_QUIET)
+
+    async def _drop_paced(self, room: int, idle: float) -> None:
+        """Drop sessions not used for ``idle`` seconds until ``room`` bytes fit under the
+        cap, one at a time, each once the shelf packed the one before (it refuses what
+        comes faster: those were parsed again by the next walk).
+
+        In a thread: a session dropped makes its kept answers on the way out, and one drop
+        after another on the loop held browsing up (p90 288 ms, 28 ms so). The view's
+        tables see single dict operations from it, as from the render threads."""
+        store = self.view.store
+        while await trio.to_thread.run_sync(store.shrink, 1, room, idle):
             while store.shelf.busy():
                 await trio.sleep(0.01)
 
