@@ -96,28 +96,24 @@ def cold_raw(tool: str, word: str, top: Path, runs: int) -> list[float] | str:
 
 
 def cold_mount(tool: str, word: str, m: b.Mount, runs: int) -> list[float] | str:
-    out = []
-    for _ in range(runs):
-        m.stop()
-        why = b.drop_caches()
-        if why:
-            return why
-        m.start(timeout=120)
-        out.append(timed(walks(tool, word, m.mnt)))
-    return out
+    got = fresh_walks(tool, word, m, runs, warm=False)
+    return got if isinstance(got, str) else got[0]
 
 
-def warmed_mount(tool: str, word: str, m: b.Mount, runs: int) -> tuple[list[float], str] | str:
-    """First walks of a fresh daemon started with ``--warm``, each once the log says its
-    warm-up is over, the page cache dropped; and what the last warm-up said."""
+def fresh_walks(
+    tool: str, word: str, m: b.Mount, runs: int, warm: bool
+) -> tuple[list[float], str] | str:
+    """The first walk of a fresh daemon, the page cache dropped, ``runs`` times; with
+    ``warm``, a daemon started with ``--warm``, walked once its log says the warm-up is over
+    (and what the last warm-up said)."""
     out, said, plain = [], "", m.extra
-    m.extra = [*plain, "--warm"]
+    m.extra = [*plain, "--warm"] if warm else plain
     try:
         for _ in range(runs):
             m.stop()
             since = m.logfile.stat().st_size if m.logfile.exists() else 0
             m.start(timeout=120)
-            said = _warm_up(m, since)
+            said = _warm_up(m, since) if warm else ""
             why = b.drop_caches()
             if why:
                 return why
@@ -216,7 +212,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                 result[f"{tool}_cold_mount"] = cold_mount(tool, args.word, m, args.cold_runs)
             for tool in ("grep", "rg"):
                 b.log(f"{tool}: first walk after --warm")
-                got = warmed_mount(tool, args.word, m, args.cold_runs)
+                got = fresh_walks(tool, args.word, m, args.cold_runs, warm=True)
                 if isinstance(got, str):
                     result[f"{tool}_warmed_mount"] = got
                 else:
