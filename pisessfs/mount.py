@@ -20,7 +20,6 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
 
 import pyfuse3
 import trio
@@ -113,12 +112,9 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
         state.write()
         if ready is not None:
             ready()
-        try:
-            trio.run(_serve, ops, watcher, blocked, state, opts.warm)
-        finally:
-            # A late SIGINT/SIGTERM (systemd's, after its ExecStop unmounted) must not reach
-            # pyfuse3.terminate() once the loop is gone: it stays pending until the exit.
-            signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        # The signals stay blocked after the loop (_stop_on): a late SIGINT/SIGTERM (systemd's,
+        # after its ExecStop unmounted) stays pending until the exit.
+        trio.run(_serve, ops, watcher, blocked, state, opts.warm)
         clean = True
     finally:
         if state is not None:
@@ -182,14 +178,8 @@ async def _serve(
     state: status.Writer,
     warm: bool,
 ) -> None:
-    def stop(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: unmounting", signum)
-        pyfuse3.terminate()
-
-    for sig in blocked:
-        signal.signal(sig, stop)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
     async with trio.open_nursery() as nursery:
+        await nursery.start(_stop_on, blocked)
         nursery.start_soon(ops.invalidator)
         nursery.start_soon(_watch, watcher, ops)
         nursery.start_soon(_refresh, state)
@@ -198,6 +188,29 @@ async def _serve(
             nursery.start_soon(ops.warm)
         await pyfuse3.main()
         nursery.cancel_scope.cancel()
+
+
+async def _stop_on(
+    blocked: set[signal.Signals], task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """End the FUSE loop on SIGINT/SIGTERM (one that came before the loop ran, too: they were
+    blocked until now).
+
+    A task and not a signal handler: a handler runs between any two bytecodes of trio's own
+    loop, and ``pyfuse3.terminate()`` there reschedules the task that waits on /dev/fuse,
+    perhaps one trio is rescheduling at that moment (a crash, and exit code 1, on a busy
+    machine)."""
+    with trio.open_signal_receiver(*blocked) as signals:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+        try:
+            task_status.started()
+            async for signum in signals:
+                log.info("signal %d: unmounting", signum)
+                pyfuse3.terminate()
+        finally:
+            # Blocked again before the receiver puts back the default handlers: a late
+            # SIGTERM would otherwise kill the daemon before it unmounts.
+            signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
 
 
 async def _watch(watcher: Watcher, ops: Operations) -> None:

@@ -159,11 +159,90 @@ def test_a_clean_unmount_leaves_nothing_behind(sessions: Path, how: str) -> None
             subprocess.run(["fusermount3", "-u", str(m.path)], check=True)
         else:
             m.proc.send_signal(getattr(signal, how))
-        assert m.proc.wait(timeout=20) == 0
+        assert m.proc.wait(timeout=20) == 0, m.log_text()
         assert not is_mounted(m.path)
         assert not alive(wd), "the watchdog outlived a clean unmount"
     assert "watchdog" not in m.log_text(), m.log_text()
     no_traceback(m)
+
+
+def _signal_while_trio_wakes_a_task(monkeypatch: pytest.MonkeyPatch, sig: signal.Signals) -> None:
+    """Fault injection: ``sig`` is raised once, just after trio's I/O loop has woken the task
+    that waited on a readable descriptor and before it has marked it woken."""
+    import trio
+
+    real_reschedule = trio.lowlevel.reschedule
+    manager = trio._core._io_epoll.EpollIOManager
+    real_process = manager.process_events
+
+    def process_events(self: object, events: object) -> None:
+        def reschedule(task: object, *args: object) -> None:
+            real_reschedule(task, *args)  # type: ignore[arg-type]
+            monkeypatch.setattr("trio._core.reschedule", real_reschedule)
+            signal.raise_signal(sig)  # the signal arrives now
+
+        monkeypatch.setattr("trio._core.reschedule", reschedule)
+        try:
+            real_process(self, events)  # type: ignore[arg-type]
+        finally:
+            monkeypatch.setattr("trio._core.reschedule", real_reschedule)
+
+    monkeypatch.setattr(manager, "process_events", process_events)
+
+
+def test_a_signal_that_comes_while_trio_wakes_the_fuse_reader_ends_the_loop_cleanly(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """CI saw SIGTERM end a mount with exit code 1. A signal handler runs between any two
+    bytecodes of trio's own loop; one that called ``pyfuse3.terminate()`` just as trio woke the
+    task reading /dev/fuse woke it twice (TrioInternalError). A pipe stands for /dev/fuse."""
+    import pyfuse3
+    import trio
+
+    from pisessfs import mount
+
+    r, w = os.pipe()
+    exited = False
+
+    def terminate() -> None:  # what pyfuse3.terminate does, on the pipe
+        nonlocal exited
+        exited = True
+        trio.lowlevel.notify_closing(r)
+
+    async def reader() -> None:  # pyfuse3's _session_loop, in short
+        while not exited:
+            try:
+                await trio.lowlevel.wait_readable(r)
+            except trio.ClosedResourceError:
+                return
+            os.read(r, 1)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(mount._stop_on, {signal.SIGTERM})
+            nursery.start_soon(reader)
+            await trio.sleep(0.05)
+            os.write(w, b"x")  # trio wakes the reader; the signal comes meanwhile
+            with trio.fail_after(10):
+                while not exited:
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+
+    monkeypatch.setattr(pyfuse3, "terminate", terminate)
+    _signal_while_trio_wakes_a_task(monkeypatch, signal.SIGTERM)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    caplog.set_level(logging.INFO, logger="pisessfs")
+    try:
+        trio.run(main)
+    finally:
+        assert signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # drops one left pending, if any
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.close(r)
+        os.close(w)
+    assert exited
+    assert "signal 15: unmounting" in caplog.text
 
 
 def test_the_watchdog_never_unmounts_a_mount_that_is_not_its_own(sessions: Path) -> None:

@@ -164,8 +164,29 @@ def test_damaged_sessions_show_their_problems_and_the_mount_stays_up(
 def test_sigterm_unmounts_cleanly(sessions: Path) -> None:
     with mounted(sessions) as m:
         m.proc.send_signal(signal.SIGTERM)
-        assert m.proc.wait(timeout=20) == 0
+        assert m.proc.wait(timeout=20) == 0, m.log_text()
         assert not is_mounted(m.path)
+
+
+def test_sigterm_in_the_middle_of_a_walk_unmounts_cleanly(sessions: Path) -> None:
+    """The signal reaches the daemon while requests come and go, as a systemd stop does."""
+    with mounted(sessions) as m:
+        walkers = [
+            subprocess.Popen(
+                ["sh", "-c", f"while :; do find {m.path} -type f >/dev/null 2>&1; done"]
+            )
+            for _ in range(3)
+        ]
+        try:
+            wait_for(lambda: len(os.listdir(m.path)) > 0, 10, "the first listing")
+            m.proc.send_signal(signal.SIGTERM)
+            assert m.proc.wait(timeout=20) == 0, m.log_text()
+        finally:
+            for w in walkers:
+                w.kill()
+                w.wait()
+        assert not is_mounted(m.path)
+        assert "Traceback" not in m.log_text(), m.log_text()
 
 
 def test_kill_9_leaves_no_dead_mount(sessions: Path) -> None:
@@ -180,4 +201,4 @@ def test_umount_command_unmounts(sessions: Path) -> None:
     with mounted(sessions) as m:
         out = run("python", "-m", "pisessfs.cli", "umount", str(m.path))
         assert out.returncode == 0, out.stderr
-        assert m.proc.wait(timeout=20) == 0
+        assert m.proc.wait(timeout=20) == 0, m.log_text()
