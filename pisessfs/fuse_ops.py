@@ -375,8 +375,8 @@ class Operations(pyfuse3.Operations):
         comes faster: those were parsed again by the next walk).
 
         In a thread: a session dropped makes its kept answers on the way out, and one drop
-        after another on the loop held browsing up (p90 288 ms, 28 ms so). The view's
-        tables see single dict operations from it, as from the render threads."""
+        after another on the loop held browsing up (p90 288 ms, 28 ms so). What it names
+        in the view's inode table, it names under the table's lock (``View.ino``)."""
         store = self.view.store
         while await trio.to_thread.run_sync(store.shrink, 1, room, idle):
             while store.shelf.busy():

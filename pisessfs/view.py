@@ -33,6 +33,7 @@ import math
 import os
 import re
 import stat
+import threading
 import time
 import zlib
 from collections import OrderedDict, deque
@@ -161,6 +162,9 @@ class View:
         self._held: dict[int, int] = {ROOT_INO: 1}  # inode -> the kernel's lookup count
         self._young: list[int] = []  # named since the last sweep, held or not
         self._old: list[int] = []  # named before it: the next sweep drops the unheld
+        # The five above change together under this lock: ``--warm`` names nodes from a
+        # worker thread (``_keep_links``) while the loop names, sweeps and scans them.
+        self._naming = threading.Lock()
         self._cache: OrderedDict[Key, Rendered] = OrderedDict()
         self._cache_bytes = 0
         self._cache_cap = render_cache_bytes
@@ -181,13 +185,17 @@ class View:
 
     def ino(self, key: Key) -> int:
         n = self._ino.get(key)
-        if n is None:
-            if len(self._young) >= UNHELD_KEPT:
-                self._sweep()  # before naming: never the number about to be returned
-            n = self._number(key)
-            self._ino[key], self._keys[n] = n, key
-            self._young.append(n)
-        return n
+        if n is not None:
+            return n  # (the common case: one dict read, no lock)
+        with self._naming:
+            n = self._ino.get(key)  # (named by another thread meanwhile)
+            if n is None:
+                if len(self._young) >= UNHELD_KEPT:
+                    self._sweep()  # before naming: never the number about to be returned
+                n = self._number(key)
+                self._ino[key], self._keys[n] = n, key
+                self._young.append(n)
+            return n
 
     def _number(self, key: Key) -> int:
         """``key``'s number: its hash, unless another named key has that (then the next of a
@@ -207,35 +215,39 @@ class View:
         """The kernel took a reply naming ``a`` (a lookup, an entry of a listing, a create):
         it holds the number until it forgets it. A number swept meanwhile is named again."""
         n = a.ino
-        if n not in self._keys:
-            self._keys[n] = a.key
-            self._ino.setdefault(a.key, n)
-        self._held[n] = self._held.get(n, 0) + 1
+        with self._naming:
+            if n not in self._keys:
+                self._keys[n] = a.key
+                self._ino.setdefault(a.key, n)
+            self._held[n] = self._held.get(n, 0) + 1
 
     def forget(self, ino: int, count: int) -> None:
         """The kernel dropped ``count`` of its references to ``ino``: a number it no longer
         holds leaves the table (a scratch node's stays while the node lives)."""
-        left = self._held.get(ino, 0) - count
-        if left > 0:
-            self._held[ino] = left
-            return
-        self._held.pop(ino, None)
-        if ino != ROOT_INO and ino not in self.nodes:
-            self._unname(ino)
+        with self._naming:
+            left = self._held.get(ino, 0) - count
+            if left > 0:
+                self._held[ino] = left
+                return
+            self._held.pop(ino, None)
+            if ino != ROOT_INO and ino not in self.nodes:
+                self._unname(ino)
 
     @contextlib.contextmanager
     def pinned(self, ino: int) -> Iterator[None]:
         """Keep ``ino`` named while a request waits on work for it (a sweep could drop it)."""
-        self._held[ino] = self._held.get(ino, 0) + 1
+        with self._naming:
+            self._held[ino] = self._held.get(ino, 0) + 1
         try:
             yield
         finally:
-            left = self._held.get(ino, 0) - 1
-            if left > 0:
-                self._held[ino] = left
-            else:
-                self._held.pop(ino, None)
-                self._young.append(ino)  # unheld again: a later sweep may drop it
+            with self._naming:
+                left = self._held.get(ino, 0) - 1
+                if left > 0:
+                    self._held[ino] = left
+                else:
+                    self._held.pop(ino, None)
+                    self._young.append(ino)  # unheld again: a later sweep may drop it
 
     def named(self) -> tuple[int, int]:
         """How many numbers the table has, and how many of them the kernel holds (the
@@ -243,12 +255,14 @@ class View:
         return len(self._keys), len(self._held)
 
     def _sweep(self) -> None:
+        """Drop the numbers named before the last sweep that the kernel does not hold
+        (under ``_naming``)."""
         for n in self._old:
             if n not in self._held and n not in self.nodes:
                 self._unname(n)
         self._old, self._young = self._young, []
 
-    def _unname(self, ino: int) -> None:
+    def _unname(self, ino: int) -> None:  # (under ``_naming``)
         key = self._keys.pop(ino, None)
         if key is not None and self._ino.get(key) == ino:
             del self._ino[key]
@@ -1127,8 +1141,9 @@ class View:
         keep a name for it for a moment after a rename over it, until its forget arrives."""
         if not node.links and node.ino not in open_nodes and node.forgotten:
             self.nodes.pop(node.ino, None)
-            if node.ino not in self._held:
-                self._unname(node.ino)
+            with self._naming:
+                if node.ino not in self._held:
+                    self._unname(node.ino)
 
     def unlink_everywhere(self, node: Node) -> None:
         for folder, name in list(node.links):
@@ -1153,9 +1168,14 @@ class View:
         if n is not None:
             self.changed_contents(n)
 
+    def _named(self) -> list[tuple[Key, int]]:
+        """Every name and its number, as of now (a scan must not see another thread name)."""
+        with self._naming:
+            return list(self._ino.items())
+
     def known_of(self, kind: str) -> list[tuple[Key, int]]:
         """The nodes of ``kind`` the kernel may have seen (a scan: for an inotify overflow)."""
-        return [(key, n) for key, n in self._ino.items() if key.kind == kind]
+        return [(key, n) for key, n in self._named() if key.kind == kind]
 
     def came_or_went(self) -> None:
         """A session file came or went: a fork's ``parent`` link may have too, and the
@@ -1191,7 +1211,7 @@ class View:
         sf = self.store.known(path)
         if sf is not None:
             sf.recheck = True  # entry nodes look at the file again, once
-        for key, n in self._ino.items():
+        for key, n in self._named():
             if key.path == path:
                 self.invalidations.append((n, None))
 

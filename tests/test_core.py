@@ -9,6 +9,7 @@ import logging
 import os
 import random
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -390,6 +391,45 @@ def test_numbers_the_kernel_does_not_hold_are_swept_and_come_back_the_same(
     v.forget(first.ino, 1)
     with pytest.raises(NotFound):
         v.key(first.ino)
+
+
+def test_the_inode_table_is_safe_to_name_from_a_thread_while_the_loop_scans_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--warm`` drops sessions in a worker thread, and a drop names the nodes it keeps
+    (``View.ino``) while the loop scans the table (a chmod: ``changed_everything_of``;
+    an inotify overflow: ``known_of``) or sweeps it: no scan fails for a name made
+    meanwhile, and every name keeps one number."""
+    monkeypatch.setattr(view_module, "UNHELD_KEPT", 512)
+    v = View(Store(str(tmp_path)))
+    keys = [Key("sess", f"/s/{i}.jsonl") for i in range(100_000)]
+    failed: list[BaseException] = []
+
+    def name_all() -> None:
+        try:
+            for k in keys:
+                v.ino(k)
+        except BaseException as err:  # (reported by the main thread)
+            failed.append(err)
+
+    worker = threading.Thread(target=name_all)
+    worker.start()
+    try:
+        while worker.is_alive():
+            v.known_of("sess")
+            v.changed_everything_of("/s/1.jsonl")
+            v.invalidations.clear()
+            v.ino(Key("sess", f"/loop/{len(failed)}"))
+    except RuntimeError as err:
+        pytest.fail(f"a scan of the table failed while a thread named: {err}")
+    finally:
+        worker.join()
+    assert not failed
+    numbers = {v.known(k) for k in keys} - {None}
+    named = [k for k in keys if v.known(k) is not None]
+    assert len(numbers) == len(named)
+    for k in named:
+        assert v.key(v.ino(k)) == k
 
 
 def big_chain(n: int, width: int) -> bytes:
