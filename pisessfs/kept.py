@@ -17,6 +17,7 @@ It is a plain store: the view decides what is worth keeping and when an answer m
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -74,33 +75,39 @@ class Kept:
     def __init__(self, limit: int = KEPT_SESSIONS) -> None:
         self.limit = limit
         self._by_path: OrderedDict[str, Answers] = OrderedDict()
+        # ``--warm`` drops sessions in a worker thread, which looks their answers up (``get``)
+        # while the loop gathers others (``of``: it may push the oldest out meanwhile).
+        self._lock = threading.Lock()
 
     def get(self, path: str, ident: Identity) -> Answers | None:
         """The answers for ``path`` if they were made from the file ``ident`` describes."""
-        a = self._by_path.get(path)
-        if a is None:
-            return None
-        if a.ident != ident:
-            del self._by_path[path]  # the file changed: none of it holds any more
-            return None
-        self._by_path.move_to_end(path)
-        return a
+        with self._lock:
+            a = self._by_path.get(path)
+            if a is None:
+                return None
+            if a.ident != ident:
+                del self._by_path[path]  # the file changed: none of it holds any more
+                return None
+            self._by_path.move_to_end(path)
+            return a
 
     def of(self, path: str, ident: Identity, fork: Fork | None = None) -> Answers:
         """The answers being gathered for ``path`` as the file ``ident`` (new ones when the
         file changed since the last were gathered, or a fork's parent link did)."""
-        a = self._by_path.get(path)
-        if a is not None and a.ident == ident and _link(a.fork) == _link(fork):
-            if a.fork is not None and fork is not None:
-                a.fork.checked = max(a.fork.checked, fork.checked)
-        else:
-            a = self._by_path[path] = Answers(ident, fork=fork)
-            while len(self._by_path) > self.limit:
-                self._by_path.popitem(last=False)
-        return a
+        with self._lock:
+            a = self._by_path.get(path)
+            if a is not None and a.ident == ident and _link(a.fork) == _link(fork):
+                if a.fork is not None and fork is not None:
+                    a.fork.checked = max(a.fork.checked, fork.checked)
+            else:
+                a = self._by_path[path] = Answers(ident, fork=fork)
+                while len(self._by_path) > self.limit:
+                    self._by_path.popitem(last=False)
+            return a
 
     def drop(self, path: str) -> None:
-        self._by_path.pop(path, None)
+        with self._lock:
+            self._by_path.pop(path, None)
 
 
 def _link(fork: Fork | None) -> tuple[str, str | None] | None:

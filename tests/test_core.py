@@ -9,6 +9,7 @@ import logging
 import os
 import random
 import re
+import sys
 import threading
 import time
 from pathlib import Path
@@ -19,7 +20,8 @@ import pytest
 from pisessfs import onefile, render
 from pisessfs import view as view_module
 from pisessfs.jsonl import Parser
-from pisessfs.sessions import Store, Unreadable
+from pisessfs.kept import Kept
+from pisessfs.sessions import Identity, Store, Unreadable
 from pisessfs.tree import Index
 from pisessfs.view import Key, NotFound, View
 from tests import damaged
@@ -430,6 +432,39 @@ def test_the_inode_table_is_safe_to_name_from_a_thread_while_the_loop_scans_it(
     assert len(numbers) == len(named)
     for k in named:
         assert v.key(v.ino(k)) == k
+
+
+def test_kept_answers_are_safe_to_look_up_from_a_thread_while_the_loop_gathers_others() -> None:
+    """A ``--warm`` drop looks a session's kept answers up in a worker thread while the
+    loop gathers other sessions', which pushes the oldest out: no lookup fails for it."""
+    kept = Kept(limit=8)
+    ident = Identity(1, 2, 3, 4)
+    paths = [f"/s/{i}.jsonl" for i in range(64)]
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def look_up() -> None:
+        try:
+            while not done.is_set():
+                for path in paths:
+                    kept.get(path, ident)
+                    kept.get(path, Identity(9, 9, 9, 9))  # a changed file: its answers go
+        except BaseException as err:  # (reported by the main thread)
+            failed.append(err)
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the threads take turns between any two bytecodes
+    worker = threading.Thread(target=look_up)
+    worker.start()
+    try:
+        for _ in range(300):
+            for path in paths:
+                kept.of(path, ident)
+    finally:
+        done.set()
+        worker.join()
+        sys.setswitchinterval(before)
+    assert not failed, failed
 
 
 def big_chain(n: int, width: int) -> bytes:
