@@ -168,6 +168,7 @@ class View:
         self._cache: OrderedDict[Key, Rendered] = OrderedDict()
         self._cache_bytes = 0
         self._cache_cap = render_cache_bytes
+        self._cache_lock = threading.Lock()  # render threads keep renders while the loop reads
         self._kept = Kept()  # what sessions' nodes answered, per file identity (``kept``)
         self._evicting: Loaded | None = None  # the session being dropped (``_evicted``)
         self.overlays: dict[Key, Overlay] = {}  # entry folder -> its scratch layer
@@ -658,9 +659,8 @@ class View:
     def rendered(self, s: Loaded, key: Key, d: dict[str, Any] | None = None) -> Rendered:
         """An entry's message file and its images, from one parse (``d``, when the caller
         has it), kept in a byte-capped LRU."""
-        hit = self._cache.get(key)
+        hit = self._cached(key)
         if hit is not None:
-            self._cache.move_to_end(key)
             return hit
         e = self.entry(s, key.eid)
         d = s.parsed(e) if d is None else d
@@ -714,12 +714,24 @@ class View:
         return render.file_name(num, render.number_width(num), e.kind)
 
     def _keep(self, key: Key, done: Rendered) -> Rendered:
-        self._cache[key] = done
-        self._cache_bytes += _weight(done)
-        while self._cache_bytes > self._cache_cap and len(self._cache) > 1:
-            _, old = self._cache.popitem(last=False)
-            self._cache_bytes -= _weight(old)
+        with self._cache_lock:
+            old = self._cache.pop(key, None)  # (a render made twice: counted once)
+            if old is not None:
+                self._cache_bytes -= _weight(old)
+            self._cache[key] = done
+            self._cache_bytes += _weight(done)
+            while self._cache_bytes > self._cache_cap and len(self._cache) > 1:
+                _, old = self._cache.popitem(last=False)
+                self._cache_bytes -= _weight(old)
         return done
+
+    def _cached(self, key: Key) -> Rendered | None:
+        """A render kept, made the most recently used."""
+        with self._cache_lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+            return hit
 
     # -- one-file views ---------------------------------------------------------------------
 
@@ -746,9 +758,8 @@ class View:
     def branch_text(self, s: Loaded, eid: str) -> bytes:
         """``nodes/<id>.md``: every entry of the path root→``eid``, in order."""
         key = Key("branch", s.path, s.epoch, eid)
-        hit = self._cache.get(key)
+        hit = self._cached(key)
         if hit is not None:
-            self._cache.move_to_end(key)
             return hit[0]
         self.entry(s, eid)
         data = b"".join(self._branch_block(s, i) for i in s.index.path(eid))

@@ -467,6 +467,47 @@ def test_kept_answers_are_safe_to_look_up_from_a_thread_while_the_loop_gathers_o
     assert not failed, failed
 
 
+def test_renders_are_safe_to_keep_from_a_thread_while_the_loop_reads_them(tmp_path: Path) -> None:
+    """A render thread keeps message files in the view's byte-capped LRU (pushing the oldest
+    out) while the loop reads other ones from it: no read fails for one pushed out meanwhile,
+    and the LRU counts each kept render once."""
+    (tmp_path / "--home-x--").mkdir()
+    ids = [f"{i:08x}" for i in range(1, 201)]
+    data = line(HEADER)
+    for i, eid in enumerate(ids):
+        data += line(user(eid, ids[i - 1] if i else None, f"turn {i} " + "x" * 200, i % 60))
+    path = str(tmp_path / "--home-x--" / "s1.jsonl")
+    Path(path).write_bytes(data)
+    v = View(Store(str(tmp_path)), render_cache_bytes=20 << 10)  # about 60 message files
+    s = v.up_to_date(path)
+    keys = [Key("msg", path, s.epoch, eid) for eid in ids]
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def render_all() -> None:
+        try:
+            while not done.is_set():
+                for k in keys:
+                    v.rendered(s, k)
+        except BaseException as err:  # (reported by the main thread)
+            failed.append(err)
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the threads take turns between any two bytecodes
+    worker = threading.Thread(target=render_all)
+    worker.start()
+    try:
+        for _ in range(20):
+            for k in reversed(keys):
+                v.rendered(s, k)
+    finally:
+        done.set()
+        worker.join()
+        sys.setswitchinterval(before)
+    assert not failed, failed
+    assert v._cache_bytes == sum(map(view_module._weight, v._cache.values()))
+
+
 def big_chain(n: int, width: int) -> bytes:
     """A session of ``n`` user messages of about ``width`` bytes each, mostly one after
     another (every 97th forks from two above), with a broken line in the middle."""
