@@ -57,6 +57,23 @@ def _clean(name: object) -> str:
     return name[:_MAX_KIND] if isinstance(name, str) and name else "unknown"
 
 
+_TOOL_KINDS: dict[str, str] = {}  # tool name -> "tool-<name>", one string per tool
+
+
+def _tool_kind(msg: dict[str, Any]) -> str:
+    """The kind of a tool result's file: ``tool-<toolName>`` (one shared string per name:
+    a big session has tens of thousands, of a dozen tools)."""
+    name = msg.get("toolName")
+    if type(name) is str:
+        kind = _TOOL_KINDS.get(name)
+        if kind is None:
+            kind = "tool-" + _clean(name)
+            if len(name) <= 64 and len(_TOOL_KINDS) < 4096:  # (hostile names: it stays small)
+                _TOOL_KINDS[name] = kind
+        return kind
+    return "tool-" + _clean(name)
+
+
 def file_kind(d: dict[str, Any]) -> str | None:
     """The ``<kind>`` of an entry's file name, or None when the entry takes no number."""
     etype = d.get("type")
@@ -75,7 +92,7 @@ def file_kind(d: dict[str, Any]) -> str | None:
     if role in _ROLE_KINDS:
         return _ROLE_KINDS[role]
     if role == "toolResult":
-        return "tool-" + _clean(msg.get("toolName"))
+        return _tool_kind(msg)
     if role in ("custom", "hookMessage"):
         return "custom-" + _clean(msg.get("customType"))
     return role[:_MAX_KIND]
@@ -437,6 +454,7 @@ class Parser:
         find = data.find
         fast = self._fast
         at = 0
+        line = self.lines
         # Line by line (not split()): each line's copy is freed at once, so a big file never
         # has a second copy of itself in memory. A line begun in an earlier feed is joined
         # with its end only (never the whole chunk).
@@ -445,9 +463,10 @@ class Parser:
             start = pos
             pos += len(raw) + 1
             pending = b""
-            self.lines += 1
-            if not fast(raw, start, pos - 1):
-                self._line(raw, self.lines, start, pos - 1)
+            line += 1
+            self.lines = line  # (the slow path reads it)
+            if not fast(raw, line, start, pos - 1):
+                self._line(raw, line, start, pos - 1)
             at = nl + 1
         tail = pending + data[at:] if pending else data[at:]
         self._pending = tail  # after the last newline: b"" or a line still being written
@@ -458,7 +477,7 @@ class Parser:
         if tail:
             self._tail(tail, pos, pos + len(tail))
 
-    def _fast(self, raw: bytes, start: int, end: int) -> bool:
+    def _fast(self, raw: bytes, line: int, start: int, end: int) -> bool:
         """The common line (a well-formed v2/v3 entry) in one go; False: take the slow path.
 
         This is the hot loop of a 100 MB session: it does only what the tree needs.
@@ -487,7 +506,10 @@ class Parser:
             role = msg.get("role") if type(msg) is dict else None
             kind = _ROLE_KINDS.get(role) if type(role) is str else None
             if kind is None:
-                kind = file_kind(d)
+                if role == "toolResult" and isinstance(msg, dict):
+                    kind = _tool_kind(msg)
+                else:
+                    kind = file_kind(d)
             target = note = None
         else:
             kind = file_kind(d) if etype in CONVERSATION_TYPES else None
@@ -501,7 +523,7 @@ class Parser:
                 parent or None,
                 _TYPES.get(etype, etype),
                 ts if type(ts) is str else None if ts is None else iso_or_none(ts),
-                self.lines,
+                line,
                 start,
                 end,
                 kind,
