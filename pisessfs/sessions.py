@@ -53,6 +53,7 @@ _AHEAD = threading.local()  # the last block read ahead by this thread: file, st
 MEMO_COSTS = {"previews": 250, "branch_sizes": 120, "folder": 150}
 LISTED_NAME_COST = 200  # bytes per name of an entry folder's listing kept in the "files" memo
 RENDERED = ("tree", "json")  # memos of whole-session renderings: (version, bytes, …)
+VERSIONED = (*RENDERED, "conv")  # memos of a rendering of a version: the newest is kept
 _RACY_NS = 100_000_000
 _WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
 # Bytes read and parsed at a time by a whole read: above glibc's largest mmap threshold
@@ -197,19 +198,25 @@ class Loaded:
         parser.problems = list(parser.problems)
         f.parser = parser
         f._stats = copy.deepcopy(self._stats)
-        f.memo = {k: v for k, v in self.memo.items() if k not in VOLATILE}
+        # (a copy first: the loop adds to the memos meanwhile, and a dict changed while a
+        # comprehension walks it raises)
+        f.memo = {k: v for k, v in self.memo.copy().items() if k not in VOLATILE}
         return f
 
     def adopt(self, f: Loaded) -> None:
         """Keep what a frozen copy counted and memoised (under the lock), so the next render
-        goes on from there."""
+        goes on from there. Of two renderings of a file, the one of the newer version is
+        kept, whichever thread finished last."""
         if f._counted > self._counted:
             self._stats, self._counted = f._stats, f._counted
         if f.rebuilds != self.rebuilds:
             return  # the index was built again meanwhile: what the copy made is of the old one
         for k, v in f.memo.items():
-            if k not in VOLATILE:
-                self.memo.setdefault(k, v)
+            if k in VOLATILE:
+                continue
+            mine = self.memo.get(k)
+            if mine is None or (k in VERSIONED and v[0] > mine[0]):
+                self.memo[k] = v
 
     def pread(self, size: int, offset: int) -> bytes:
         ident = self.ident
@@ -407,6 +414,7 @@ class SessionFile:
         self.lock = threading.Lock()  # held while the state changes or is read whole
         self.recheck = False  # the file's owner or mode may have changed: stat it again
         self.working = 0  # threads reading the state without its lock (renders): kept
+        self.forgotten = 0  # times the file was gone (forget): a read begun before is void
         self._seen: tuple[os.stat_result, float] | None = None  # the last stat, and when
 
     def stat(self) -> os.stat_result:
@@ -530,9 +538,16 @@ class SessionFile:
         The collector stays paused from the first byte to :func:`gc.freeze`: resumed in
         between, its first young-generation pass would walk every object just made (seconds
         on a 1 GB session, every thread waiting)."""
+        forgotten = self.forgotten
         with no_gc():
             fresh = self._read_whole()
             log.debug("read %s whole (%d bytes)", self.path, fresh.size)
+            if self.forgotten != forgotten:
+                # The watcher said the file is gone while a thread read it (forget takes no
+                # lock, the loop must not wait seconds for a parse): kept, it would be held
+                # outside the cap for the rest of the mount.
+                log.debug("%s: gone while it was read: not kept", self.path)
+                return
             fresh.rebuild()
             self.loaded = fresh
             self._fingerprint = None
@@ -572,6 +587,7 @@ class SessionFile:
     def forget(self) -> None:
         """The file is gone: drop its parsed state (open readers keep their snapshots). A file
         that appears again at this path is another version: a new epoch."""
+        self.forgotten += 1
         if self.loaded is not None:
             self.epoch += 1
         self.loaded = None
@@ -680,6 +696,7 @@ class Store:
         self._listings: dict[str, tuple[int, list[Listing], dict[str, Listing]]] = {}
         self._heads: dict[str, Head] = {}  # session file -> its head: names fixed while mounted
         self._shown: dict[str, str] = {}  # path -> the name it was listed with
+        self._chmods = 0  # mode changes the watcher told of, ever
         self._lru_lock = threading.Lock()
         # What a dropped session leaves behind, compressed, within the same cap; the view
         # says what (``on_evict`` is called with the state about to be dropped).
@@ -746,21 +763,40 @@ class Store:
         """What the head of session file ``path`` says, read the first time the mount sees
         the file and kept: its folder's name never changes while mounted."""
         head = self._heads.get(path)
-        if head is None:
-            stem = _stem(path)
-            try:
-                fd = self.files.open(path)
-            except Unreadable:
-                return Head(stem, None, None, False)  # unreadable: asked again next time
-            try:
-                hidden = self._private(path, os.fstat(fd).st_mode)
-                head = read_head(fd, stem, slug=not hidden)
-            except (OSError, Unreadable):
-                head = Head(stem, None, None, False)
-            finally:
-                os.close(fd)
-            self._heads[path] = head
+        if head is not None:
+            return head
+        for _ in range(3):
+            chmods = self._chmods
+            head = self._heads[path] = self._read_head(path)
+            # A thread reading heads (read_heads) may race a chmod: the watcher, finding no
+            # head, left it to us. Kept after the count was read, the head is seen by a
+            # later mode_changed; one kept before is checked here against the new mode.
+            if self._chmods == chmods or self._still_right(path, head):
+                return head
+            del self._heads[path]
+        head = self._heads[path] = Head(_stem(path), None, None, True)  # (chmods each time)
         return head
+
+    def _read_head(self, path: str) -> Head:
+        stem = _stem(path)
+        try:
+            fd = self.files.open(path)
+        except Unreadable:
+            return Head(stem, None, None, False)  # unreadable: asked again next time
+        try:
+            hidden = self._private(path, os.fstat(fd).st_mode)
+            return read_head(fd, stem, slug=not hidden)
+        except (OSError, Unreadable):
+            return Head(stem, None, None, False)
+        finally:
+            os.close(fd)
+
+    def _still_right(self, path: str, head: Head) -> bool:
+        """Whether ``head`` shows what the file's mode allows now."""
+        try:
+            return self._private(path, self.files.lstat(path).st_mode) == head.hidden
+        except Unreadable:
+            return True  # gone: its name is asked again if it comes back
 
     def heads_missing(self, folder: str) -> list[str]:
         """The session files of ``folder`` whose heads are not read yet, when its listing is
@@ -783,6 +819,7 @@ class Store:
         its first message, the name is made again (the one exception to names fixed while
         mounted: no one may read in a name what they may not read in the file). Returns the
         old name, when it changed."""
+        self._chmods += 1  # (before the look: see head)
         head = self._heads.get(path)
         if head is None:
             return None
@@ -878,6 +915,18 @@ class Store:
             self._lru[sf.path] = (size, now)  # last: O(1), this runs on every request
             self._total += size - old
             self._shrink(now)
+
+    def used(self, sf: SessionFile) -> bool:
+        """Mark ``sf`` used now without counting what it holds again (the hot path of a
+        walk: every message file asks); False when it is not counted yet (parsed by a
+        thread, or not at all): then its next step counts it."""
+        with self._lru_lock:
+            hit = self._lru.get(sf.path)
+            if hit is None:
+                return False
+            self._lru[sf.path] = (hit[0], time.monotonic())
+            self._lru.move_to_end(sf.path)
+            return True
 
     def shrink(self, most: int, room: int = 0, idle: float | None = None) -> int:
         """Drop at most ``most`` sessions, least recently used first, until ``room`` bytes

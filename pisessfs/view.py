@@ -295,12 +295,15 @@ class View:
         if attr_only and node.unparsed:
             return
         sf = self.store.session(key.path)
-        s = sf.loaded
         seen = waited if waited is not None else set()
-        if node.immutable and s is not None and s.epoch == key.epoch and not sf.recheck:
-            r = Request(sf, s, key, attr_only, listing, seen)
-            if node.step(self, r) is None:
-                return  # what an entry shows never changes: the hot path of grep -r, ls -lR
+        # Marked used before its state is read: a drop in a thread (--warm) is then either
+        # done (None: parsed again below) or will see it used and leave it for the answer.
+        if node.immutable and not sf.recheck and self.store.used(sf):
+            s = sf.loaded
+            if s is not None and s.epoch == key.epoch:
+                r = Request(sf, s, key, attr_only, listing, seen)
+                if node.step(self, r) is None:
+                    return  # what an entry shows never changes: the hot path of grep -r
         self._settle(sf.step)
         assert sf.loaded is not None
         r = Request(sf, sf.loaded, key, attr_only, listing, seen)
@@ -354,7 +357,7 @@ class View:
                     frozen = s.frozen()
                     sf.working += 1  # not evicted while rendered
                 try:
-                    self._render(frozen, kind, into=s)
+                    self._render(frozen, kind)
                 finally:
                     with sf.lock:
                         sf.working -= 1
@@ -883,11 +886,11 @@ class View:
             self._render(s, kind)
         return s.memo[kind][1]
 
-    def _render(self, s: Loaded, kind: str, into: Loaded | None = None) -> None:
+    def _render(self, s: Loaded, kind: str) -> None:
         """Render a whole-session file of ``s`` (blocking in proportion to the session) and
-        keep it in the memo of ``into`` (the live state ``s`` is a frozen copy of), with
-        ``s``'s version: tree.txt's and session.json's bytes, conversation.md's size (its
-        text is its :class:`~pisessfs.onefile.Conversation`'s)."""
+        keep it in its memo with ``s``'s version: tree.txt's and session.json's bytes,
+        conversation.md's size (its text is its :class:`~pisessfs.onefile.Conversation`'s).
+        A frozen copy's rendering reaches the live state through ``Loaded.adopt``."""
         self.made += 1
         version = s.version
         start = time.monotonic()
@@ -900,7 +903,7 @@ class View:
         else:
             data = summary.session_json(s, folder_of, set(self.listed(s)))
         done = time.monotonic()
-        (into or s).memo[kind] = (version, data, done, done - start)
+        s.memo[kind] = (version, data, done, done - start)
 
     def snapshot(self, ino: int) -> Snapshot:
         """The bytes an open file reads until it is closed, whatever happens to its session."""

@@ -9,8 +9,6 @@ import logging
 import os
 import random
 import re
-import sys
-import threading
 import time
 from pathlib import Path
 
@@ -20,8 +18,7 @@ import pytest
 from pisessfs import onefile, render
 from pisessfs import view as view_module
 from pisessfs.jsonl import Parser
-from pisessfs.kept import Kept
-from pisessfs.sessions import Identity, Store, Unreadable
+from pisessfs.sessions import Store, Unreadable
 from pisessfs.tree import Index
 from pisessfs.view import Key, NotFound, View
 from tests import damaged
@@ -393,119 +390,6 @@ def test_numbers_the_kernel_does_not_hold_are_swept_and_come_back_the_same(
     v.forget(first.ino, 1)
     with pytest.raises(NotFound):
         v.key(first.ino)
-
-
-def test_the_inode_table_is_safe_to_name_from_a_thread_while_the_loop_scans_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``--warm`` drops sessions in a worker thread, and a drop names the nodes it keeps
-    (``View.ino``) while the loop scans the table (a chmod: ``changed_everything_of``;
-    an inotify overflow: ``known_of``) or sweeps it: no scan fails for a name made
-    meanwhile, and every name keeps one number."""
-    monkeypatch.setattr(view_module, "UNHELD_KEPT", 512)
-    v = View(Store(str(tmp_path)))
-    keys = [Key("sess", f"/s/{i}.jsonl") for i in range(100_000)]
-    failed: list[BaseException] = []
-
-    def name_all() -> None:
-        try:
-            for k in keys:
-                v.ino(k)
-        except BaseException as err:  # (reported by the main thread)
-            failed.append(err)
-
-    worker = threading.Thread(target=name_all)
-    worker.start()
-    try:
-        while worker.is_alive():
-            v.known_of("sess")
-            v.changed_everything_of("/s/1.jsonl")
-            v.invalidations.clear()
-            v.ino(Key("sess", f"/loop/{len(failed)}"))
-    except RuntimeError as err:
-        pytest.fail(f"a scan of the table failed while a thread named: {err}")
-    finally:
-        worker.join()
-    assert not failed
-    numbers = {v.known(k) for k in keys} - {None}
-    named = [k for k in keys if v.known(k) is not None]
-    assert len(numbers) == len(named)
-    for k in named:
-        assert v.key(v.ino(k)) == k
-
-
-def test_kept_answers_are_safe_to_look_up_from_a_thread_while_the_loop_gathers_others() -> None:
-    """A ``--warm`` drop looks a session's kept answers up in a worker thread while the
-    loop gathers other sessions', which pushes the oldest out: no lookup fails for it."""
-    kept = Kept(limit=8)
-    ident = Identity(1, 2, 3, 4)
-    paths = [f"/s/{i}.jsonl" for i in range(64)]
-    failed: list[BaseException] = []
-    done = threading.Event()
-
-    def look_up() -> None:
-        try:
-            while not done.is_set():
-                for path in paths:
-                    kept.get(path, ident)
-                    kept.get(path, Identity(9, 9, 9, 9))  # a changed file: its answers go
-        except BaseException as err:  # (reported by the main thread)
-            failed.append(err)
-
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # the threads take turns between any two bytecodes
-    worker = threading.Thread(target=look_up)
-    worker.start()
-    try:
-        for _ in range(300):
-            for path in paths:
-                kept.of(path, ident)
-    finally:
-        done.set()
-        worker.join()
-        sys.setswitchinterval(before)
-    assert not failed, failed
-
-
-def test_renders_are_safe_to_keep_from_a_thread_while_the_loop_reads_them(tmp_path: Path) -> None:
-    """A render thread keeps message files in the view's byte-capped LRU (pushing the oldest
-    out) while the loop reads other ones from it: no read fails for one pushed out meanwhile,
-    and the LRU counts each kept render once."""
-    (tmp_path / "--home-x--").mkdir()
-    ids = [f"{i:08x}" for i in range(1, 201)]
-    data = line(HEADER)
-    for i, eid in enumerate(ids):
-        data += line(user(eid, ids[i - 1] if i else None, f"turn {i} " + "x" * 200, i % 60))
-    path = str(tmp_path / "--home-x--" / "s1.jsonl")
-    Path(path).write_bytes(data)
-    v = View(Store(str(tmp_path)), render_cache_bytes=20 << 10)  # about 60 message files
-    s = v.up_to_date(path)
-    keys = [Key("msg", path, s.epoch, eid) for eid in ids]
-    failed: list[BaseException] = []
-    done = threading.Event()
-
-    def render_all() -> None:
-        try:
-            while not done.is_set():
-                for k in keys:
-                    v.rendered(s, k)
-        except BaseException as err:  # (reported by the main thread)
-            failed.append(err)
-
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # the threads take turns between any two bytecodes
-    worker = threading.Thread(target=render_all)
-    worker.start()
-    try:
-        for _ in range(20):
-            for k in reversed(keys):
-                v.rendered(s, k)
-    finally:
-        done.set()
-        worker.join()
-        sys.setswitchinterval(before)
-    assert not failed, failed
-    assert v._cache_bytes == sum(map(view_module._weight, v._cache.values()))
 
 
 def big_chain(n: int, width: int) -> bytes:

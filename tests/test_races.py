@@ -1,0 +1,401 @@
+"""Races between the event loop and the threads that work beside it, each reproduced.
+
+The mount runs blocking work (a whole parse, a render, ``--warm``'s drops, reading many
+heads) in worker threads while the loop answers requests. Each test here puts the two
+sides in the order that broke, with real threads or by injecting the other side's call at
+the point where it came, and checks what a user would see. Needs nothing but Python.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from pisessfs import heads, sessions
+from pisessfs import view as view_module
+from pisessfs.errors import Busy
+from pisessfs.kept import Kept
+from pisessfs.sessions import INLINE_BYTES, YIELD, Identity, SessionFile, Store
+from pisessfs.view import Key, View
+from tests.damaged import HEADER, line, user
+
+R = TypeVar("R")
+
+
+def core(fn: Callable[..., R], *args: Any) -> R:
+    """Call the core as the adapter does (``Operations._core``): blocking work it hands back
+    is run, then the call is made again."""
+    for _ in range(10_000):
+        try:
+            return fn(*args)
+        except Busy as busy:
+            if busy.work is not YIELD:
+                busy.work()
+    raise AssertionError("the core never settled")
+
+
+def chain(n: int, width: int, start: int = 0) -> bytes:
+    """``n`` user messages of about ``width`` bytes, each the child of the one before (the
+    header too when ``start`` is 0)."""
+    data = b"" if start else line(HEADER)
+    for i in range(start, start + n):
+        text = f"message {i:05d} " + "lorem ipsum dolor " * (width // 18)
+        data += line(user(f"{i:08x}", f"{i - 1:08x}" if i else None, text, i % 60))
+    return data
+
+
+def handed_out(v: View, ino: int) -> Callable[[], object]:
+    """The blocking work ``ready`` hands back for ``ino`` (after what it does on the loop)."""
+    while True:
+        try:
+            v.ready(ino, attr_only=True)
+        except Busy as busy:
+            if busy.work is not YIELD:
+                return busy.work
+        else:
+            raise AssertionError("ready() handed back no work")
+
+
+def big_session(tmp_path: Path, n: int = 400, width: int = 2000) -> str:
+    """A session above :data:`INLINE_BYTES`: parsing it again is work for a thread."""
+    (tmp_path / "--home-x--").mkdir(exist_ok=True)
+    path = tmp_path / "--home-x--" / "s1.jsonl"
+    path.write_bytes(chain(n, width))
+    assert path.stat().st_size > INLINE_BYTES
+    return str(path)
+
+
+class Clock:
+    """The sessions module's clock, moved by hand: a session idle for minutes without
+    waiting for them."""
+
+    def __init__(self) -> None:
+        self.now = time.monotonic()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    @staticmethod
+    def time_ns() -> int:
+        return time.time_ns()
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(sessions, "time", c)
+    return c
+
+
+def test_a_session_read_on_the_hot_path_is_not_dropped_by_a_warm_drop_before_it_answers(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """``--warm`` drops idle sessions in a thread (``Store.shrink``). A walk reading an
+    entry folder is answered without stepping the session (what it shows never changes),
+    and it made no use of the session that a drop could see: one coming between the
+    adapter's ``ready`` and its answer took the session away, and the answer was EIO."""
+    path = big_session(tmp_path)
+    v = View(Store(str(tmp_path), cache_bytes=1 << 10))  # over the cap: a drop has work
+    v.defer = True
+    s = core(v.up_to_date, path)
+    edir = v.ino(Key("edir", path, s.epoch, f"{399:08x}"))
+    core(v.ready, edir, False, True)
+    want = v.children(edir)
+    clock.now += 60  # the session sits idle for a minute, then a walk comes back to it
+
+    core(v.ready, edir, False, True)  # Operations._listing: ready, then children
+    assert v.store.shrink(1, 0, 0.2) == 0  # the warm-up's drop, from its thread, meanwhile
+    assert v.children(edir) == want  # (Busy, answered EIO, when the drop took it)
+
+
+def test_a_session_parsed_again_for_an_entry_folder_is_counted_against_the_cap(
+    tmp_path: Path,
+) -> None:
+    """A dropped session parsed again because of a request on an entry folder or a message
+    file (``cat current/0001-user.md`` after the cache let it go) was parsed by a thread
+    and then answered on the hot path, which never counted it: it stayed parsed, outside
+    the cap, for the rest of the mount."""
+    path = big_session(tmp_path)
+    store = Store(str(tmp_path), cache_bytes=1 << 10)
+    v = View(store)
+    v.defer = True
+    s = core(v.up_to_date, path)
+    edir = v.ino(Key("edir", path, s.epoch, f"{399:08x}"))
+    assert store.shrink(1, 0, 0.0) == 1 and store.held() == 0
+
+    core(v.ready, edir)
+    child = v.resolve(edir, v.children(edir)[0][0])
+    core(v.ready, child)
+    loaded = store.session(path).loaded
+    assert loaded is not None
+    assert store.held() >= loaded.size  # (what the view remembers is counted at its next step)
+    assert store.shrink(1, 0, 0.0) == 1  # the cap can drop it again
+
+
+def test_a_session_file_deleted_while_a_thread_parses_it_leaves_nothing_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watcher forgets a deleted file on the loop while a thread parses it whole (a cold
+    parse of a big session takes seconds): the thread then kept its state, counted nowhere
+    and never dropped, until the mount ended."""
+    path = big_session(tmp_path)
+    store = Store(str(tmp_path))
+    sf = store.session(path)
+    read_whole = SessionFile._read_whole
+
+    def deleted_meanwhile(self: SessionFile) -> sessions.Loaded:
+        fresh = read_whole(self)
+        os.unlink(path)  # rm, or a move to the trash, while the thread parses
+        store.forget(path)  # (what the watcher does on IN_DELETE, on the loop)
+        return fresh
+
+    monkeypatch.setattr(SessionFile, "_read_whole", deleted_meanwhile)
+    work = sf.step()
+    assert work == sf.reload  # the loop hands the whole parse to a thread
+    assert work is not None
+    work()
+    assert sf.loaded is None
+    assert store.held() == 0 and store.loaded_paths() == []
+
+
+def test_two_first_renders_of_a_conversation_across_an_append_agree_with_its_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two requests render a big session's conversation.md for the first time, and the
+    session grows between the first one's start and the second's: the first one to finish
+    kept its text and the last one its size, and conversation.md read cut short (until the
+    session changed again)."""
+    path = big_session(tmp_path, n=600)
+    v = View(Store(str(tmp_path)))
+    v.defer = True
+    core(v.up_to_date, path)  # parsed first (not part of the race)
+    started: list[threading.Event] = [threading.Event(), threading.Event()]
+    go: list[threading.Event] = [threading.Event(), threading.Event()]
+    render = v._conversation
+
+    def held_up(frozen: sessions.Loaded) -> int:
+        n = sum(e.is_set() for e in started)
+        started[n].set()
+        assert go[n].wait(30)
+        return render(frozen)
+
+    monkeypatch.setattr(v, "_conversation", held_up)
+    conv = v.ino(Key("conv", path))
+    a = threading.Thread(target=handed_out(v, conv))
+    a.start()
+    assert started[0].wait(30)  # the first render has its copy of the session
+    with open(path, "ab") as f:
+        f.write(chain(2, 2000, start=600))  # Pi appends two entries
+    b = threading.Thread(target=handed_out(v, conv))  # (the append is read first)
+    b.start()
+    assert started[1].wait(30)
+    go[0].set()
+    a.join()
+    go[1].set()
+    b.join()
+    monkeypatch.undo()
+
+    core(v.ready, conv)
+    s = core(v.up_to_date, path)
+    fresh = View(Store(str(tmp_path)))
+    want = fresh.conv_text(fresh.store.session(path).load())
+    assert v.conv_size(s) == len(want)
+    assert v.conv_text(s) == want
+
+
+def test_a_copy_for_a_render_is_made_while_the_loop_adds_to_what_the_view_remembers(
+    tmp_path: Path,
+) -> None:
+    """A render thread copies the session's memos (``Loaded.frozen``) while the loop adds
+    to them (a folder's name, a listing): no copy fails for a key added meanwhile."""
+    (tmp_path / "s.jsonl").write_bytes(chain(3, 10))
+    s = Store(str(tmp_path)).session(str(tmp_path / "s.jsonl")).load()
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def copy_all() -> None:
+        try:
+            while not done.is_set():
+                s.frozen()
+        except BaseException as err:  # (reported by the main thread)
+            failed.append(err)
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the threads take turns between any two bytecodes
+    worker = threading.Thread(target=copy_all)
+    worker.start()
+    try:
+        for i in range(20_000):
+            s.memo[f"k{i % 50}"] = i
+            if i % 3 == 0:
+                s.memo.pop(f"k{(i * 7) % 50}", None)
+    finally:
+        done.set()
+        worker.join()
+        sys.setswitchinterval(before)
+    assert not failed, failed
+
+
+@pytest.fixture
+def reachable() -> Iterator[Path]:
+    """A folder every user may reach (pytest's own are the owner's only, and then no file
+    in them is more private than another)."""
+    base = Path(tempfile.mkdtemp(prefix="pisessfs-races-", dir="/var/tmp"))
+    os.chmod(base, 0o755)
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_session_made_private_while_a_thread_reads_its_head_gets_no_name_from_its_text(
+    reachable: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder of many new sessions has their heads read in a thread. A file made private
+    (``chmod 600``) between the thread's look at its mode and its keeping the head: the
+    watcher found no head to make again, the thread kept one from the old mode, and the
+    session's folder name went on showing its first message to everyone."""
+    tmp_path = reachable
+    proj = tmp_path / "--home-x--"
+    proj.mkdir()
+    os.chmod(proj, 0o755)
+    f = proj / "s1.jsonl"
+    f.write_bytes(line(HEADER) + line(user("a", None, "secret plan", 1)))
+    os.chmod(f, 0o644)
+    store = Store(str(tmp_path))
+    read_head = heads.read_head
+
+    def chmod_meanwhile(fd: int, stem: str, slug: bool = True) -> heads.Head:
+        head = read_head(fd, stem, slug)
+        os.chmod(f, 0o600)
+        store.mode_changed(str(f))  # (what the watcher does on IN_ATTRIB, on the loop)
+        return head
+
+    monkeypatch.setattr(sessions, "read_head", chmod_meanwhile)
+    store.read_heads(store.heads_missing(str(proj)))
+    monkeypatch.setattr(sessions, "read_head", read_head)
+    head = store.head(str(f))
+    assert head.hidden
+    assert "secret" not in head.name
+
+
+def test_the_inode_table_is_safe_to_name_from_a_thread_while_the_loop_scans_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--warm`` drops sessions in a worker thread, and a drop names the nodes it keeps
+    (``View.ino``) while the loop scans the table (a chmod: ``changed_everything_of``;
+    an inotify overflow: ``known_of``) or sweeps it: no scan fails for a name made
+    meanwhile, and every name keeps one number."""
+    monkeypatch.setattr(view_module, "UNHELD_KEPT", 512)
+    v = View(Store(str(tmp_path)))
+    keys = [Key("sess", f"/s/{i}.jsonl") for i in range(100_000)]
+    failed: list[BaseException] = []
+
+    def name_all() -> None:
+        try:
+            for k in keys:
+                v.ino(k)
+        except BaseException as err:  # (reported by the main thread)
+            failed.append(err)
+
+    worker = threading.Thread(target=name_all)
+    worker.start()
+    try:
+        while worker.is_alive():
+            v.known_of("sess")
+            v.changed_everything_of("/s/1.jsonl")
+            v.invalidations.clear()
+            v.ino(Key("sess", f"/loop/{len(failed)}"))
+    except RuntimeError as err:
+        pytest.fail(f"a scan of the table failed while a thread named: {err}")
+    finally:
+        worker.join()
+    assert not failed
+    numbers = {v.known(k) for k in keys} - {None}
+    named = [k for k in keys if v.known(k) is not None]
+    assert len(numbers) == len(named)
+    for k in named:
+        assert v.key(v.ino(k)) == k
+
+
+def test_kept_answers_are_safe_to_look_up_from_a_thread_while_the_loop_gathers_others() -> None:
+    """A ``--warm`` drop looks a session's kept answers up in a worker thread while the
+    loop gathers other sessions', which pushes the oldest out: no lookup fails for it."""
+    kept = Kept(limit=8)
+    ident = Identity(1, 2, 3, 4)
+    paths = [f"/s/{i}.jsonl" for i in range(64)]
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def look_up() -> None:
+        try:
+            while not done.is_set():
+                for path in paths:
+                    kept.get(path, ident)
+                    kept.get(path, Identity(9, 9, 9, 9))  # a changed file: its answers go
+        except BaseException as err:  # (reported by the main thread)
+            failed.append(err)
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the threads take turns between any two bytecodes
+    worker = threading.Thread(target=look_up)
+    worker.start()
+    try:
+        for _ in range(300):
+            for path in paths:
+                kept.of(path, ident)
+    finally:
+        done.set()
+        worker.join()
+        sys.setswitchinterval(before)
+    assert not failed, failed
+
+
+def test_renders_are_safe_to_keep_from_a_thread_while_the_loop_reads_them(tmp_path: Path) -> None:
+    """A render thread keeps message files in the view's byte-capped LRU (pushing the oldest
+    out) while the loop reads other ones from it: no read fails for one pushed out meanwhile,
+    and the LRU counts each kept render once."""
+    (tmp_path / "--home-x--").mkdir()
+    ids = [f"{i:08x}" for i in range(1, 201)]
+    data = line(HEADER)
+    for i, eid in enumerate(ids):
+        data += line(user(eid, ids[i - 1] if i else None, f"turn {i} " + "x" * 200, i % 60))
+    path = str(tmp_path / "--home-x--" / "s1.jsonl")
+    Path(path).write_bytes(data)
+    v = View(Store(str(tmp_path)), render_cache_bytes=20 << 10)  # about 60 message files
+    s = v.up_to_date(path)
+    keys = [Key("msg", path, s.epoch, eid) for eid in ids]
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def render_all() -> None:
+        try:
+            while not done.is_set():
+                for k in keys:
+                    v.rendered(s, k)
+        except BaseException as err:  # (reported by the main thread)
+            failed.append(err)
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the threads take turns between any two bytecodes
+    worker = threading.Thread(target=render_all)
+    worker.start()
+    try:
+        for _ in range(20):
+            for k in reversed(keys):
+                v.rendered(s, k)
+    finally:
+        done.set()
+        worker.join()
+        sys.setswitchinterval(before)
+    assert not failed, failed
+    assert v._cache_bytes == sum(map(view_module._weight, v._cache.values()))
