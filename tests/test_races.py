@@ -74,6 +74,32 @@ def big_session(tmp_path: Path, n: int = 400, width: int = 2000) -> str:
     return str(path)
 
 
+def side_by_side(thread: Callable[[], object], loop: Callable[[], object]) -> None:
+    """Call ``thread`` over and over in a worker thread while ``loop`` runs here, the two
+    taking turns between any two bytecodes; fails with what the thread raised."""
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def again() -> None:
+        try:
+            while not done.is_set():
+                thread()
+        except BaseException as err:  # (reported by the main thread)
+            failed.append(err)
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    worker = threading.Thread(target=again)
+    worker.start()
+    try:
+        loop()
+    finally:
+        done.set()
+        worker.join()
+        sys.setswitchinterval(before)
+    assert not failed, failed
+
+
 class Clock:
     """The sessions module's clock, moved by hand: a session idle for minutes without
     waiting for them."""
@@ -219,30 +245,14 @@ def test_a_copy_for_a_render_is_made_while_the_loop_adds_to_what_the_view_rememb
     to them (a folder's name, a listing): no copy fails for a key added meanwhile."""
     (tmp_path / "s.jsonl").write_bytes(chain(3, 10))
     s = Store(str(tmp_path)).session(str(tmp_path / "s.jsonl")).load()
-    failed: list[BaseException] = []
-    done = threading.Event()
 
-    def copy_all() -> None:
-        try:
-            while not done.is_set():
-                s.frozen()
-        except BaseException as err:  # (reported by the main thread)
-            failed.append(err)
-
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # the threads take turns between any two bytecodes
-    worker = threading.Thread(target=copy_all)
-    worker.start()
-    try:
+    def add_and_drop() -> None:
         for i in range(20_000):
             s.memo[f"k{i % 50}"] = i
             if i % 3 == 0:
                 s.memo.pop(f"k{(i * 7) % 50}", None)
-    finally:
-        done.set()
-        worker.join()
-        sys.setswitchinterval(before)
-    assert not failed, failed
+
+    side_by_side(s.frozen, add_and_drop)
 
 
 @pytest.fixture
@@ -333,31 +343,18 @@ def test_kept_answers_are_safe_to_look_up_from_a_thread_while_the_loop_gathers_o
     kept = Kept(limit=8)
     ident = Identity(1, 2, 3, 4)
     paths = [f"/s/{i}.jsonl" for i in range(64)]
-    failed: list[BaseException] = []
-    done = threading.Event()
 
     def look_up() -> None:
-        try:
-            while not done.is_set():
-                for path in paths:
-                    kept.get(path, ident)
-                    kept.get(path, Identity(9, 9, 9, 9))  # a changed file: its answers go
-        except BaseException as err:  # (reported by the main thread)
-            failed.append(err)
+        for path in paths:
+            kept.get(path, ident)
+            kept.get(path, Identity(9, 9, 9, 9))  # a changed file: its answers go
 
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # the threads take turns between any two bytecodes
-    worker = threading.Thread(target=look_up)
-    worker.start()
-    try:
+    def gather() -> None:
         for _ in range(300):
             for path in paths:
                 kept.of(path, ident)
-    finally:
-        done.set()
-        worker.join()
-        sys.setswitchinterval(before)
-    assert not failed, failed
+
+    side_by_side(look_up, gather)
 
 
 def test_renders_are_safe_to_keep_from_a_thread_while_the_loop_reads_them(tmp_path: Path) -> None:
@@ -374,28 +371,15 @@ def test_renders_are_safe_to_keep_from_a_thread_while_the_loop_reads_them(tmp_pa
     v = View(Store(str(tmp_path)), render_cache_bytes=20 << 10)  # about 60 message files
     s = v.up_to_date(path)
     keys = [Key("msg", path, s.epoch, eid) for eid in ids]
-    failed: list[BaseException] = []
-    done = threading.Event()
 
     def render_all() -> None:
-        try:
-            while not done.is_set():
-                for k in keys:
-                    v.rendered(s, k)
-        except BaseException as err:  # (reported by the main thread)
-            failed.append(err)
+        for k in keys:
+            v.rendered(s, k)
 
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # the threads take turns between any two bytecodes
-    worker = threading.Thread(target=render_all)
-    worker.start()
-    try:
+    def read_back() -> None:
         for _ in range(20):
             for k in reversed(keys):
                 v.rendered(s, k)
-    finally:
-        done.set()
-        worker.join()
-        sys.setswitchinterval(before)
-    assert not failed, failed
+
+    side_by_side(render_all, read_back)
     assert v._cache_bytes == sum(map(view_module._weight, v._cache.values()))
