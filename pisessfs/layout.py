@@ -452,12 +452,6 @@ class ConversationFile(Whole):
     def opened(self, v: View, key: Key) -> Snapshot:
         return v.conv_snapshot(v.session(key))
 
-    def step(self, v: View, r: Request) -> Work | None:
-        # Made on the live state before a render thread copies it: renders that overlap (a
-        # second request while the session grew) add to one text, whose size they agree on.
-        v.conversation(r.s)
-        return super().step(v, r)
-
 
 WHOLE_KINDS = ("conv", "tree", "json")
 

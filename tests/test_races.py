@@ -53,11 +53,11 @@ def chain(n: int, width: int, start: int = 0) -> bytes:
     return data
 
 
-def handed_out(v: View, ino: int) -> Callable[[], object]:
+def handed_out(v: View, ino: int, listing: bool = False) -> Callable[[], object]:
     """The blocking work ``ready`` hands back for ``ino`` (after what it does on the loop)."""
     while True:
         try:
-            v.ready(ino, attr_only=True)
+            v.ready(ino, attr_only=not listing, listing=listing)
         except Busy as busy:
             if busy.work is not YIELD:
                 return busy.work
@@ -193,13 +193,14 @@ def test_a_session_file_deleted_while_a_thread_parses_it_leaves_nothing_parsed(
     assert store.held() == 0 and store.loaded_paths() == []
 
 
+@pytest.mark.parametrize("asked", ["conv", "sess"])
 def test_two_first_renders_of_a_conversation_across_an_append_agree_with_its_size(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, asked: str
 ) -> None:
-    """Two requests render a big session's conversation.md for the first time, and the
-    session grows between the first one's start and the second's: the first one to finish
-    kept its text and the last one its size, and conversation.md read cut short (until the
-    session changed again)."""
+    """Two requests render a big session's conversation.md for the first time (a lookup of
+    it, or a listing of its session's folder), and the session grows between the first
+    one's start and the second's: the first one to finish kept its text and the last one
+    its size, and conversation.md read cut short (until the session changed again)."""
     path = big_session(tmp_path, n=600)
     v = View(Store(str(tmp_path)))
     v.defer = True
@@ -216,12 +217,13 @@ def test_two_first_renders_of_a_conversation_across_an_append_agree_with_its_siz
 
     monkeypatch.setattr(v, "_conversation", held_up)
     conv = v.ino(Key("conv", path))
-    a = threading.Thread(target=handed_out(v, conv))
+    ino, listing = (conv, False) if asked == "conv" else (v.ino(Key("sess", path)), True)
+    a = threading.Thread(target=handed_out(v, ino, listing))
     a.start()
     assert started[0].wait(30)  # the first render has its copy of the session
     with open(path, "ab") as f:
         f.write(chain(2, 2000, start=600))  # Pi appends two entries
-    b = threading.Thread(target=handed_out(v, conv))  # (the append is read first)
+    b = threading.Thread(target=handed_out(v, ino, listing))  # (the append is read first)
     b.start()
     assert started[1].wait(30)
     go[0].set()
