@@ -542,14 +542,15 @@ class SessionFile:
         with no_gc():
             fresh = self._read_whole()
             log.debug("read %s whole (%d bytes)", self.path, fresh.size)
-            if self.forgotten != forgotten:
-                # The watcher said the file is gone while a thread read it (forget takes no
-                # lock, the loop must not wait seconds for a parse): kept, it would be held
-                # outside the cap for the rest of the mount.
-                log.debug("%s: gone while it was read: not kept", self.path)
-                return
             fresh.rebuild()
-            self.loaded = fresh
+            # (forget holds this lock, not the session's: the loop must not wait for a parse)
+            with self.store.lru_lock:
+                if self.forgotten != forgotten:
+                    # The watcher said the file is gone while a thread read it: kept, the
+                    # state would be held outside the cap for the rest of the mount.
+                    log.debug("%s: gone while it was read: not kept", self.path)
+                    return
+                self.loaded = fresh
             self._fingerprint = None
             if fresh.size >= INLINE_BYTES:
                 gc.freeze()  # never walked again: none of these objects is in a cycle
@@ -697,7 +698,7 @@ class Store:
         self._heads: dict[str, Head] = {}  # session file -> its head: names fixed while mounted
         self._shown: dict[str, str] = {}  # path -> the name it was listed with
         self._chmods = 0  # mode changes the watcher told of, ever
-        self._lru_lock = threading.Lock()
+        self.lru_lock = threading.Lock()
         # What a dropped session leaves behind, compressed, within the same cap; the view
         # says what (``on_evict`` is called with the state about to be dropped).
         self.shelf = Shelf(int(cache_bytes * SHARE))
@@ -893,8 +894,8 @@ class Store:
         sf = self._files.get(path)
         self.shelf.drop(path)
         if sf is not None:
-            sf.forget()
-            with self._lru_lock:
+            with self.lru_lock:
+                sf.forget()
                 self._total -= self._lru.pop(path, (0, 0.0))[0]
 
     def session(self, path: str) -> SessionFile:
@@ -909,7 +910,7 @@ class Store:
         working set that is) stays while it is in use, instead of being parsed again and
         again."""
         now = time.monotonic()
-        with self._lru_lock:
+        with self.lru_lock:
             size = sf.loaded.nbytes() if sf.loaded is not None else 0
             old = self._lru.pop(sf.path, (0, 0.0))[0]
             self._lru[sf.path] = (size, now)  # last: O(1), this runs on every request
@@ -920,7 +921,7 @@ class Store:
         """Mark ``sf`` used now without counting what it holds again (the hot path of a
         walk: every message file asks); False when it is not counted yet (parsed by a
         thread, or not at all): then its next step counts it."""
-        with self._lru_lock:
+        with self.lru_lock:
             hit = self._lru.get(sf.path)
             if hit is None:
                 return False
@@ -933,7 +934,7 @@ class Store:
         more fit under the cap, of those not used in the last ``idle`` seconds (default:
         ``min_idle``); how many went. ``--warm`` drops them one at a time, as fast as the
         shelf packs them: what a request drops at once is more than the shelf takes."""
-        with self._lru_lock:
+        with self.lru_lock:
             return self._shrink(time.monotonic(), most, room, idle)
 
     def _shrink(

@@ -167,24 +167,28 @@ def test_a_session_parsed_again_for_an_entry_folder_is_counted_against_the_cap(
     assert store.shrink(1, 0, 0.0) == 1  # the cap can drop it again
 
 
+@pytest.mark.parametrize("step", ["read", "index"])
 def test_a_session_file_deleted_while_a_thread_parses_it_leaves_nothing_parsed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
 ) -> None:
     """The watcher forgets a deleted file on the loop while a thread parses it whole (a cold
-    parse of a big session takes seconds): the thread then kept its state, counted nowhere
-    and never dropped, until the mount ended."""
+    parse of a big session takes seconds), as it reads the file or as it builds the index:
+    the thread then kept its state, counted nowhere and never dropped, until the mount
+    ended."""
     path = big_session(tmp_path)
     store = Store(str(tmp_path))
     sf = store.session(path)
-    read_whole = SessionFile._read_whole
+    owner, name = (SessionFile, "_read_whole") if step == "read" else (sessions.Loaded, "rebuild")
+    done = getattr(owner, name)
 
-    def deleted_meanwhile(self: SessionFile) -> sessions.Loaded:
-        fresh = read_whole(self)
-        os.unlink(path)  # rm, or a move to the trash, while the thread parses
-        store.forget(path)  # (what the watcher does on IN_DELETE, on the loop)
-        return fresh
+    def deleted_meanwhile(self: Any) -> Any:
+        out = done(self)
+        if os.path.exists(path):
+            os.unlink(path)  # rm, or a move to the trash, while the thread parses
+            store.forget(path)  # (what the watcher does on IN_DELETE, on the loop)
+        return out
 
-    monkeypatch.setattr(SessionFile, "_read_whole", deleted_meanwhile)
+    monkeypatch.setattr(owner, name, deleted_meanwhile)
     work = sf.step()
     assert work == sf.reload  # the loop hands the whole parse to a thread
     assert work is not None
