@@ -374,11 +374,14 @@ class Operations(pyfuse3.Operations):
         cap, one at a time, each once the shelf packed the one before (it refuses what
         comes faster: those were parsed again by the next walk).
 
-        In a thread: a session dropped makes its kept answers on the way out, and one drop
-        after another on the loop held browsing up (p90 288 ms, 28 ms so). What it names
-        in the view's inode table, it names under the table's lock (``View.ino``)."""
+        A session dropped makes its kept answers on the way out, in a thread: one drop after
+        another on the loop held browsing up (p90 288 ms, 28 ms so). What it names in the
+        view's inode table, it names under the table's lock (``View.ino``). The state goes
+        on the loop, between requests: dropped by the thread, it went in the middle of an
+        answer that was reading it (EIO)."""
         store = self.view.store
-        while await trio.to_thread.run_sync(store.shrink, 1, room, idle):
+        while (leaving := await trio.to_thread.run_sync(store.leave, room, idle)) is not None:
+            store.let_go(leaving)  # (one used meanwhile stays: the next is not used as late)
             while store.shelf.busy():
                 await trio.sleep(0.01)
 

@@ -64,6 +64,8 @@ INLINE_BYTES = 512 << 10  # parsed on the event loop at a time (a few ms at most
 MIN_IDLE = 5.0
 #: ``--warm`` stops when the shelf is this full: more would push out what it warmed.
 WARM_SHELF = 0.9
+#: Sessions ``Store.leave`` tries at most (the oldest: a thread may hold one or render it).
+LEAVE_TRIES = 16
 FREEZE_EVERY = 100_000  # appended entries after which the collector stops walking them
 
 Work = Callable[[], object]  # blocking work a step hands back, to run off the loop
@@ -589,24 +591,44 @@ class SessionFile:
         """The file is gone: drop its parsed state (open readers keep their snapshots). A file
         that appears again at this path is another version: a new epoch."""
         self.forgotten += 1
-        if self.loaded is not None:
-            self.epoch += 1
+        if self.loaded is not None or self._fingerprint is not None:
+            self.epoch += 1  # (dropped by the cap or not: the kernel may hold its nodes)
         self.loaded = None
         self._fingerprint = None
 
     def evict(self) -> None:
+        """Drop the parsed state, leaving what the store's owner keeps of it (``on_evict``)."""
+        cur = self.leave()
+        if cur is not None:
+            self.let_go(cur)
+
+    def leave(self) -> Loaded | None:
+        """Have the store's owner keep what it will answer without the state (its answers,
+        its files on the shelf); the state, unless it may not be dropped now."""
         cur = self.loaded
         if cur is None or cur.ident is None or self.working:
-            return  # a thread renders it: evicted now, it would be parsed again, forever
+            return None  # a thread renders it: evicted now, it would be parsed again, forever
         if not self.lock.acquire(blocking=False):
-            return  # a thread is reading it whole: it stays until the next pass
+            return None  # a thread is reading it whole: it stays until the next pass
         try:
             self._evicted(cur)
+        finally:
+            self.lock.release()
+        return cur
+
+    def let_go(self, cur: Loaded) -> bool:
+        """Drop ``cur``, the state :meth:`leave` was called for, if it still is the file's
+        and no thread is reading it."""
+        if self.loaded is not cur or self.working or not self.lock.acquire(blocking=False):
+            return False
+        try:
+            assert cur.ident is not None
             self._fingerprint = (cur.ident, zlib.crc32(cur.window))
             self.loaded = None
         finally:
             self.lock.release()
         log.debug("%s: dropped from the parse cache", self.path)
+        return True
 
     def _evicted(self, cur: Loaded) -> None:
         """Tell the store's owner that ``cur`` is dropped (while it is still the file's
@@ -618,6 +640,15 @@ class SessionFile:
             hook(cur)
         except Exception:
             log.exception("%s: keeping what it answered failed", self.path)
+
+
+@dataclass(frozen=True, slots=True)
+class Leaving:
+    """A session a thread made ready to drop (``Store.leave``), and when."""
+
+    sf: SessionFile
+    state: Loaded
+    since: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -774,7 +805,7 @@ class Store:
             # later mode_changed; one kept before is checked here against the new mode.
             if self._chmods == chmods or self._still_right(path, head):
                 return head
-            del self._heads[path]
+            self._heads.pop(path, None)  # (or mode_changed did, for another event meanwhile)
         head = self._heads[path] = Head(_stem(path), None, None, True)  # (chmods each time)
         return head
 
@@ -932,10 +963,42 @@ class Store:
     def shrink(self, most: int, room: int = 0, idle: float | None = None) -> int:
         """Drop at most ``most`` sessions, least recently used first, until ``room`` bytes
         more fit under the cap, of those not used in the last ``idle`` seconds (default:
-        ``min_idle``); how many went. ``--warm`` drops them one at a time, as fast as the
-        shelf packs them: what a request drops at once is more than the shelf takes."""
+        ``min_idle``); how many went."""
         with self.lru_lock:
             return self._shrink(time.monotonic(), most, room, idle)
+
+    def leave(self, room: int, idle: float) -> Leaving | None:
+        """Blocking (a thread): the least recently used session past the cap (with ``room``
+        bytes more), not used for ``idle`` seconds, made ready to drop: what it will answer
+        without its state is kept (``on_evict``), which takes a while. The loop then lets it
+        go (:meth:`let_go`): a request on the loop that reads it is then not in the middle
+        of its answer. ``--warm`` drops one at a time so, as fast as the shelf packs them
+        (what a request drops at once is more than the shelf takes)."""
+        with self.lru_lock:
+            now = time.monotonic()
+            if self.held() <= self.cache_bytes - room:
+                return None
+            oldest: list[SessionFile] = []
+            for path, (_, used) in self._lru.items():
+                if now - used < idle or len(oldest) == LEAVE_TRIES:
+                    break
+                oldest.append(self._files[path])
+        for sf in oldest:  # (outside the lock: the loop's requests take it, and this is slow)
+            cur = sf.leave()
+            if cur is not None:
+                return Leaving(sf, cur, now)
+        return None
+
+    def let_go(self, leaving: Leaving) -> bool:
+        """On the loop: drop the session :meth:`leave` made ready, unless it was used since."""
+        sf = leaving.sf
+        with self.lru_lock:
+            hit = self._lru.get(sf.path)
+            if hit is None or hit[1] > leaving.since or not sf.let_go(leaving.state):
+                return False
+            self._total -= hit[0]
+            del self._lru[sf.path]
+            return True
 
     def _shrink(
         self, now: float, most: int | None = None, room: int = 0, idle: float | None = None

@@ -360,15 +360,17 @@ class View:
                         return
                     frozen = s.frozen()
                     sf.working += 1  # not evicted while rendered
+                rendered = False
                 try:
                     self._render(frozen, kind)
+                    rendered = True
                 finally:
-                    with sf.lock:
+                    with sf.lock:  # kept in the same step: a drop then shelves the render
                         sf.working -= 1
+                        if rendered:
+                            s.adopt(frozen)
             if waited is not None:
                 waited.add((s.path, kind, frozen.version))
-            with sf.lock:
-                s.adopt(frozen)
             known = self._ino.get(Key(kind, s.path))
             if known is not None:
                 # Its size changed. Its pages, if a handle from kept answers left any, are of

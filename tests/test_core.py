@@ -145,6 +145,22 @@ def test_rewritten_file_gets_a_new_epoch(tmp_path: Path) -> None:
     assert sf.load().epoch == 1
 
 
+def test_a_file_written_anew_after_the_cap_dropped_it_gets_a_new_epoch(tmp_path: Path) -> None:
+    """A session the cap dropped, then deleted and written anew at its path (an edit saved
+    by rename, say), is another version: the kernel may still hold numbers of the old
+    one's entry folders and messages, which must not show the new file's entries."""
+    f = tmp_path / "s.jsonl"
+    f.write_bytes(damaged.good(3))
+    store = Store(str(tmp_path), cache_bytes=1)
+    sf = store.session(str(f))
+    assert sf.load().epoch == 0
+    assert store.shrink(1, 0, 0.0) == 1 and sf.loaded is None
+    f.unlink()
+    store.forget(str(f))  # (the watcher, on IN_DELETE)
+    f.write_bytes(damaged.good(3).replace(b"message number", b"MESSAGE NUMBER"))
+    assert sf.load().epoch == 1
+
+
 def test_user_file_is_exactly_the_text() -> None:
     d = orjson.loads(line(user("a", None, "hello\n\nworld")))
     assert render.render(d) == b"hello\n\nworld\n"

@@ -122,15 +122,18 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     return c
 
 
-def test_a_session_read_on_the_hot_path_is_not_dropped_by_a_warm_drop_before_it_answers(
-    tmp_path: Path, clock: Clock
+@pytest.mark.parametrize("answer_takes", [0.0, 1.0])
+def test_a_warm_drop_never_takes_a_session_in_the_middle_of_an_answer(
+    tmp_path: Path, clock: Clock, answer_takes: float
 ) -> None:
-    """``--warm`` drops idle sessions in a thread (``Store.shrink``). A walk reading an
-    entry folder is answered without stepping the session (what it shows never changes),
-    and it made no use of the session that a drop could see: one coming between the
-    adapter's ``ready`` and its answer took the session away, and the answer was EIO."""
+    """``--warm`` drops idle sessions: a thread makes each ready to go (``Store.leave``:
+    its answers kept, which takes a while) and the loop lets it go between requests
+    (``Store.let_go``). Dropped by the thread, a session went in the middle of an answer
+    that was reading it (a walk's listing of an entry folder; one of thousands of messages
+    takes longer than the drop waits for a session to be idle), and the answer was EIO."""
     path = big_session(tmp_path)
-    v = View(Store(str(tmp_path), cache_bytes=1 << 10))  # over the cap: a drop has work
+    store = Store(str(tmp_path), cache_bytes=1 << 10)  # over the cap: a drop has work
+    v = View(store)
     v.defer = True
     s = core(v.up_to_date, path)
     edir = v.ino(Key("edir", path, s.epoch, f"{399:08x}"))
@@ -139,8 +142,33 @@ def test_a_session_read_on_the_hot_path_is_not_dropped_by_a_warm_drop_before_it_
     clock.now += 60  # the session sits idle for a minute, then a walk comes back to it
 
     core(v.ready, edir, False, True)  # Operations._listing: ready, then children
-    assert v.store.shrink(1, 0, 0.2) == 0  # the warm-up's drop, from its thread, meanwhile
-    assert v.children(edir) == want  # (Busy, answered EIO, when the drop took it)
+    clock.now += answer_takes
+    leaving = store.leave(0, 0.2)  # the warm-up's thread, meanwhile
+    assert (leaving is not None) == (answer_takes > 0.2)  # (just used: it is not idle)
+    assert v.children(edir) == want  # (Busy, answered EIO, when the thread dropped it)
+    if leaving is not None:
+        assert store.let_go(leaving)  # then, between requests, the loop lets it go
+        assert store.session(path).loaded is None and store.held() < s.size
+
+
+def test_a_session_used_after_a_thread_made_it_ready_to_drop_stays(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """A request that reads a session after the warm-up's thread made it ready to go (and
+    before the loop let it go) keeps it: it is in use again."""
+    path = big_session(tmp_path)
+    store = Store(str(tmp_path), cache_bytes=1 << 10)
+    v = View(store)
+    v.defer = True
+    s = core(v.up_to_date, path)
+    edir = v.ino(Key("edir", path, s.epoch, f"{399:08x}"))
+    clock.now += 60
+    leaving = store.leave(0, 0.2)
+    assert leaving is not None
+    clock.now += 0.001
+    core(v.ready, edir, False, True)  # a walk comes to it meanwhile
+    assert not store.let_go(leaving)
+    assert store.session(path).loaded is s
 
 
 def test_a_session_parsed_again_for_an_entry_folder_is_counted_against_the_cap(
@@ -195,6 +223,32 @@ def test_a_session_file_deleted_while_a_thread_parses_it_leaves_nothing_parsed(
     work()
     assert sf.loaded is None
     assert store.held() == 0 and store.loaded_paths() == []
+
+
+def test_a_render_that_ends_as_its_session_is_dropped_is_shelved_with_it(tmp_path: Path) -> None:
+    """A render thread gave its session back (no longer working on it) before it kept the
+    rendering on the live state: a drop in between shelved the session without it, and
+    the next read of tree.txt parsed the session again."""
+    path = big_session(tmp_path)
+    v = View(Store(str(tmp_path), cache_bytes=64 << 20))
+    v.defer = True
+    s = core(v.up_to_date, path)
+    sf = v.store.session(path)
+    dropped: list[int] = []
+
+    class DroppedMeanwhile(set[tuple[str, str, int]]):
+        """The request's set of renders it waited for: told right after the render."""
+
+        def add(self, item: tuple[str, str, int]) -> None:
+            dropped.append(v.store.shrink(1, 64 << 20, 0.0))  # (the loop's, or --warm's)
+            super().add(item)
+
+    work = v.render_step(sf, s, "tree", waited=DroppedMeanwhile())
+    assert work is not None
+    work()
+    v.store.shelf.settle()
+    assert dropped == [1] and sf.loaded is None and s.ident is not None
+    assert v.store.shelf.get(path, s.ident, "tree") is not None
 
 
 @pytest.mark.parametrize("asked", ["conv", "sess"])
@@ -273,13 +327,16 @@ def reachable() -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.mark.parametrize("events", [1, 2])
 def test_a_session_made_private_while_a_thread_reads_its_head_gets_no_name_from_its_text(
-    reachable: Path, monkeypatch: pytest.MonkeyPatch
+    reachable: Path, monkeypatch: pytest.MonkeyPatch, events: int
 ) -> None:
     """A folder of many new sessions has their heads read in a thread. A file made private
     (``chmod 600``) between the thread's look at its mode and its keeping the head: the
     watcher found no head to make again, the thread kept one from the old mode, and the
-    session's folder name went on showing its first message to everyone."""
+    session's folder name went on showing its first message to everyone. (With a second
+    event while the thread checks the head again, a ``touch``: both dropped the head, and
+    the second drop failed, so the folder's listing was answered EIO.)"""
     tmp_path = reachable
     proj = tmp_path / "--home-x--"
     proj.mkdir()
@@ -297,6 +354,15 @@ def test_a_session_made_private_while_a_thread_reads_its_head_gets_no_name_from_
         return head
 
     monkeypatch.setattr(sessions, "read_head", chmod_meanwhile)
+    if events == 2:
+        still_right = Store._still_right
+
+        def touched_meanwhile(self: Store, path: str, head: heads.Head) -> bool:
+            os.utime(f)
+            self.mode_changed(path)  # (the watcher's second IN_ATTRIB)
+            return still_right(self, path, head)
+
+        monkeypatch.setattr(Store, "_still_right", touched_meanwhile)
     store.read_heads(store.heads_missing(str(proj)))
     monkeypatch.setattr(sessions, "read_head", read_head)
     head = store.head(str(f))
