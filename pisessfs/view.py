@@ -296,8 +296,8 @@ class View:
             return
         sf = self.store.session(key.path)
         seen = waited if waited is not None else set()
-        # Marked used before its state is read: a drop in a thread (--warm) is then either
-        # done (None: parsed again below) or will see it used and leave it for the answer.
+        # Marked used: --warm lets go of no session used since it chose it. One not counted
+        # against the cap yet (parsed again by a thread) takes the step below, which counts it.
         if node.immutable and not sf.recheck and self.store.used(sf):
             s = sf.loaded
             if s is not None and s.epoch == key.epoch:
