@@ -74,6 +74,16 @@ def big_session(tmp_path: Path, n: int = 400, width: int = 2000) -> str:
     return str(path)
 
 
+def parsed_past_the_cap(tmp_path: Path) -> tuple[View, sessions.Loaded, int]:
+    """A big session parsed by a view as the mount's (``defer``), over a cap so small that
+    a drop always has work; and the number of an entry folder of 400 messages."""
+    path = big_session(tmp_path)
+    v = View(Store(str(tmp_path), cache_bytes=1 << 10))
+    v.defer = True
+    s = core(v.up_to_date, path)
+    return v, s, v.ino(Key("edir", path, s.epoch, f"{399:08x}"))
+
+
 def side_by_side(thread: Callable[[], object], loop: Callable[[], object]) -> None:
     """Call ``thread`` over and over in a worker thread while ``loop`` runs here, the two
     taking turns between any two bytecodes; fails with what the thread raised."""
@@ -131,12 +141,8 @@ def test_a_warm_drop_never_takes_a_session_in_the_middle_of_an_answer(
     (``Store.let_go``). Dropped by the thread, a session went in the middle of an answer
     that was reading it (a walk's listing of an entry folder; one of thousands of messages
     takes longer than the drop waits for a session to be idle), and the answer was EIO."""
-    path = big_session(tmp_path)
-    store = Store(str(tmp_path), cache_bytes=1 << 10)  # over the cap: a drop has work
-    v = View(store)
-    v.defer = True
-    s = core(v.up_to_date, path)
-    edir = v.ino(Key("edir", path, s.epoch, f"{399:08x}"))
+    v, s, edir = parsed_past_the_cap(tmp_path)
+    store, path = v.store, s.path
     core(v.ready, edir, False, True)
     want = v.children(edir)
     clock.now += 60  # the session sits idle for a minute, then a walk comes back to it
@@ -156,12 +162,8 @@ def test_a_session_used_after_a_thread_made_it_ready_to_drop_stays(
 ) -> None:
     """A request that reads a session after the warm-up's thread made it ready to go (and
     before the loop let it go) keeps it: it is in use again."""
-    path = big_session(tmp_path)
-    store = Store(str(tmp_path), cache_bytes=1 << 10)
-    v = View(store)
-    v.defer = True
-    s = core(v.up_to_date, path)
-    edir = v.ino(Key("edir", path, s.epoch, f"{399:08x}"))
+    v, s, edir = parsed_past_the_cap(tmp_path)
+    store, path = v.store, s.path
     clock.now += 60
     leaving = store.leave(0, 0.2)
     assert leaving is not None
@@ -178,12 +180,8 @@ def test_a_session_parsed_again_for_an_entry_folder_is_counted_against_the_cap(
     file (``cat current/0001-user.md`` after the cache let it go) was parsed by a thread
     and then answered on the hot path, which never counted it: it stayed parsed, outside
     the cap, for the rest of the mount."""
-    path = big_session(tmp_path)
-    store = Store(str(tmp_path), cache_bytes=1 << 10)
-    v = View(store)
-    v.defer = True
-    s = core(v.up_to_date, path)
-    edir = v.ino(Key("edir", path, s.epoch, f"{399:08x}"))
+    v, s, edir = parsed_past_the_cap(tmp_path)
+    store, path = v.store, s.path
     assert store.shrink(1, 0, 0.0) == 1 and store.held() == 0
 
     core(v.ready, edir)
