@@ -135,6 +135,9 @@ class NodeKind:
         """Work still to do before a node of no session answers."""
         return None
 
+    def before_copy(self, v: View, s: Loaded) -> None:
+        """Ready the live state ``s`` before a thread renders this file from a copy of it."""
+
 
 HEADS_INLINE = 8  # new session files whose heads are read on the loop; more: in a thread
 
@@ -451,6 +454,12 @@ class ConversationFile(Whole):
 
     def opened(self, v: View, key: Key) -> Snapshot:
         return v.conv_snapshot(v.session(key))
+
+    def before_copy(self, v: View, s: Loaded) -> None:
+        # Its text is grown in place: made on the live state, every copy shares it, and
+        # renders that overlap (a second request while the session grew) add to one text
+        # and agree on its size.
+        v.conversation(s)
 
 
 WHOLE_KINDS = ("conv", "tree", "json")

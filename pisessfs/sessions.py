@@ -23,6 +23,7 @@ import copy
 import dataclasses
 import errno
 import gc
+import itertools
 import logging
 import os
 import stat
@@ -978,11 +979,8 @@ class Store:
             now = time.monotonic()
             if self.held() <= self.cache_bytes - room:
                 return None
-            oldest: list[SessionFile] = []
-            for path, (_, used) in self._lru.items():
-                if now - used < idle or len(oldest) == LEAVE_TRIES:
-                    break
-                oldest.append(self._files[path])
+            idle_paths = itertools.islice(self._idle(now, idle), LEAVE_TRIES)
+            oldest = [self._files[path] for path, _ in idle_paths]
         for sf in oldest:  # (outside the lock: the loop's requests take it, and this is slow)
             cur = sf.leave()
             if cur is not None:
@@ -1000,18 +998,23 @@ class Store:
             del self._lru[sf.path]
             return True
 
+    def _idle(self, now: float, idle: float) -> Iterator[tuple[str, int]]:
+        """Sessions not used in the last ``idle`` seconds and what each holds, least recently
+        used first (under the LRU's lock)."""
+        for path, (held, used) in self._lru.items():
+            if now - used < idle:
+                return
+            yield path, held
+
     def _shrink(
         self, now: float, most: int | None = None, room: int = 0, idle: float | None = None
     ) -> int:
         cap = self.cache_bytes - room
         if self.held() <= cap:
             return 0  # the common case: no walk over every session, on every request
-        idle = self.min_idle if idle is None else idle
         gone: list[str] = []  # (taken out after the loop: not a copy of 5,000 per request)
-        for path, (held, used) in self._lru.items():
-            if self.held() <= cap or now - used < idle:
-                break
-            if most is not None and len(gone) >= most:
+        for path, held in self._idle(now, self.min_idle if idle is None else idle):
+            if self.held() <= cap or (most is not None and len(gone) >= most):
                 break
             victim = self._files[path]
             victim.evict()

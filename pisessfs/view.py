@@ -348,10 +348,7 @@ class View:
         if s.size < INLINE_BYTES:
             self._render(s, kind)  # a small session: cheaper here than a thread hop
             return None
-        if kind == "conv":
-            # Made on the live state before a thread copies it: renders that overlap (a
-            # second request while the session grew) add to one text, and agree on its size.
-            self.conversation(s)
+        KINDS[kind].before_copy(self, s)
 
         def work() -> None:
             with no_gc():
