@@ -26,8 +26,9 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-from . import __version__, mountpoint, status, unit
+from . import __version__, disk, mountpoint, status, unit
 from .unit import UNIT
 
 log = logging.getLogger("pisessfs")
@@ -41,7 +42,7 @@ COMMANDS = ("mount", "umount", "demo", "status", "install-unit")
 # -o options: what they set, the kernel flags passed on, and those with nothing to do here
 # (mount(8) and mount.fuse3 pass some on: rw, nosuid, nodev, noexec with "user", dev, suid).
 OPTION_FLAGS = {"ro", "nonempty", "allow_other", "debug", "warm"}
-OPTION_VALUES = {"log", "cache_mb", "cache_idle", "max_message_mb"}
+OPTION_VALUES = {"log", "cache_mb", "cache_idle", "max_message_mb", "disk_cache", "disk_cache_mb"}
 KERNEL_FLAGS = {"nosuid", "nodev", "noexec"}
 IGNORED = {
     *("rw", "suid", "dev", "exec", "defaults", "auto", "noauto", "user", "users", "nouser"),
@@ -77,6 +78,8 @@ class Options:
     cache_mb: int | None = None
     cache_idle: float | None = None
     max_message_mb: float | None = None
+    disk_cache: str | None = None
+    disk_cache_mb: int | None = None
 
 
 def parse_options(values: list[str]) -> Options:
@@ -95,11 +98,11 @@ def parse_options(values: list[str]) -> Options:
         elif key in OPTION_VALUES and eq:
             if not value:
                 raise ValueError(f"mount option {key}= needs a value")
-            if key == "log":
-                out.log = value
+            if key in ("log", "disk_cache"):
+                setattr(out, key, value)
                 continue
             try:
-                number = int(value) if key == "cache_mb" else float(value)
+                number = int(value) if key.endswith("cache_mb") else float(value)
             except ValueError:
                 raise ValueError(f"mount option {raw}: not a number") from None
             setattr(out, key, number)
@@ -109,7 +112,7 @@ def parse_options(values: list[str]) -> Options:
         raise ValueError(
             f"unknown mount option(s): {', '.join(unknown)} (pisessfs takes ro, nonempty, "
             "allow_other, debug, warm, log=FILE, cache_mb=N, cache_idle=S, max_message_mb=N, "
-            "and mount's own)"
+            "disk_cache=DIR|off, disk_cache_mb=N, and mount's own)"
         )
     return out
 
@@ -180,7 +183,8 @@ def _common(p: argparse.ArgumentParser) -> None:
         metavar="OPT",
         help="mount options, comma-separated: 'ro' read-only, 'nonempty' mount over a folder "
         "that is not empty, allow_other, debug, warm, log=FILE, cache_mb=N, cache_idle=S, "
-        "max_message_mb=N (mount's own, such as rw, nosuid, noauto, user, are accepted)",
+        "max_message_mb=N, disk_cache=DIR|off, disk_cache_mb=N (mount's own, such as rw, "
+        "nosuid, noauto, user, are accepted)",
     )
     p.add_argument("--allow-other", action="store_true", help="let other users see the mount")
     p.add_argument("--debug", action="store_true", help="log every request")
@@ -197,6 +201,19 @@ def _common(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="parsed sessions kept in memory, in MiB of session files (default 1024)",
+    )
+    p.add_argument(
+        "--disk-cache",
+        metavar="DIR",
+        help="keep what the mount made of each session across mounts in DIR, so the first "
+        "grep -r after a mount does not parse every session again; 'off' for none "
+        "(default $XDG_CACHE_HOME/pisessfs, else ~/.cache/pisessfs)",
+    )
+    p.add_argument(
+        "--disk-cache-mb",
+        type=int,
+        metavar="N",
+        help="the disk cache's size at most, in MiB (default 4096; oldest entries out first)",
     )
     p.add_argument(
         "--cache-idle",
@@ -232,6 +249,13 @@ def main(argv: list[str] | None = None) -> int:
     return mount(args)
 
 
+def _disk_folder(asked: str | None) -> str | None:
+    """The disk cache's folder: the one asked for, none for ``off``, else the default."""
+    if asked == "off":
+        return None
+    return os.path.abspath(os.path.expanduser(asked)) if asked else disk.default_folder()
+
+
 def _helper_args(argv: list[str]) -> argparse.Namespace:
     """``pisessfs SESSIONS MOUNTPOINT [-o OPTIONS]``: what mount.fuse3 runs for ``mount -t
     fuse.pisessfs SESSIONS MOUNTPOINT`` (it drops noauto, user, _netdev and such, and adds
@@ -259,6 +283,8 @@ def _helper_args(argv: list[str]) -> argparse.Namespace:
         max_message_mb=None,
         warm=False,
         log=None,
+        disk_cache=None,
+        disk_cache_mb=None,
         quiet=True,
     )
     with contextlib.suppress(KeyError):
@@ -301,23 +327,20 @@ def mount(args: argparse.Namespace) -> int:
         logfile = _log_path(args, mnt)
     except OSError as err:
         return _fail(f"cannot write the log in {err.filename}: {err.strerror} (--log FILE)")
-    cache_mb = args.cache_mb if args.cache_mb is not None else o.cache_mb
-    idle = args.cache_idle if args.cache_idle is not None else o.cache_idle
-    if idle is not None and not 0 <= idle < float("inf"):
-        return _fail(f"--cache-idle {idle:g}: must be a number of seconds >= 0", 2)
-    max_mb = args.max_message_mb if args.max_message_mb is not None else o.max_message_mb
+    try:
+        tunables = _tunables(args, o, MIN_IDLE)
+    except ValueError as err:
+        return _fail(str(err), 2)
     opts = MountOptions(
         sessions=str(sessions.resolve()),
         mountpoint=mnt,
         read_only=o.ro,
         allow_other=allow_other,
         debug_fuse=args.debug_fuse,
-        cache_mb=1024 if cache_mb is None else cache_mb,
-        cache_idle=MIN_IDLE if idle is None else idle,
-        max_message_bytes=int((8 if max_mb is None else max_mb) * (1 << 20)),
         log_file=str(logfile) if logfile else None,
         flags=frozenset(o.kernel),
         warm=args.warm or o.warm,
+        **tunables,
     )
     notify = _Notify(os.environ.pop("NOTIFY_SOCKET", None))
     report = _Report(None)
@@ -346,6 +369,29 @@ def mount(args: argparse.Namespace) -> int:
         report(f"cannot mount on {mnt}: {err}")
         return 1
     return 0
+
+
+def _tunables(args: argparse.Namespace, o: Options, min_idle: float) -> dict[str, Any]:
+    """The caches' and the writes' settings, from the flags or else ``-o`` (ValueError: the
+    one line to show)."""
+
+    def pick(name: str) -> Any:
+        given = getattr(args, name)
+        return given if given is not None else getattr(o, name)
+
+    idle, disk_mb, max_mb = pick("cache_idle"), pick("disk_cache_mb"), pick("max_message_mb")
+    if idle is not None and not 0 <= idle < float("inf"):
+        raise ValueError(f"--cache-idle {idle:g}: must be a number of seconds >= 0")
+    if disk_mb is not None and disk_mb < 0:
+        raise ValueError(f"--disk-cache-mb {disk_mb}: must be a number of MiB >= 0")
+    cache_mb = pick("cache_mb")
+    return {
+        "cache_mb": 1024 if cache_mb is None else cache_mb,
+        "cache_idle": min_idle if idle is None else idle,
+        "max_message_bytes": int((8 if max_mb is None else max_mb) * (1 << 20)),
+        "disk_cache": _disk_folder(pick("disk_cache")),
+        "disk_cache_mb": 4096 if disk_mb is None else disk_mb,
+    }
 
 
 def _make_folder(mnt: str) -> bool:

@@ -55,6 +55,21 @@ class Later(Snapshot):
             self.inner.close()
 
 
+class OnDisk(Snapshot):
+    """The first ``size`` bytes of a file kept in a disk cache entry from byte ``base`` on,
+    through a descriptor of its own (closed with the handle)."""
+
+    def __init__(self, fd: int, base: int, size: int) -> None:
+        super().__init__(b"")
+        self.fd, self.base, self.size = fd, base, size
+
+    def read(self, off: int, size: int) -> bytes:
+        return os.pread(self.fd, max(0, min(size, self.size - off)), self.base + off)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 class _Parts(Snapshot):
     """A file read in parts: a read joins what :meth:`chunk` gives from each part it spans."""
 

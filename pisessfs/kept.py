@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from .sessions import Identity
 
 if TYPE_CHECKING:
+    from .disk import Stored
     from .layout import Fork
     from .view import Attr
 
@@ -51,6 +52,7 @@ class Answers:
     absent: set[tuple[int, str]] = field(default_factory=set)
     fork: Fork | None = None  # a fork's: what its parent link answered
     count: int = 0
+    stored: Stored | None = None  # the disk cache entry they came from (its files too)
 
     def room(self, n: int = 1) -> bool:
         """Whether ``n`` more answers may be kept (and count them if so)."""
@@ -104,6 +106,14 @@ class Kept:
                 while len(self._by_path) > self.limit:
                     self._by_path.popitem(last=False)
             return a
+
+    def put(self, path: str, answers: Answers) -> Answers:
+        """Keep ``answers`` for ``path`` (read back from the disk cache)."""
+        with self._lock:
+            self._by_path[path] = answers
+            while len(self._by_path) > self.limit:
+                self._by_path.popitem(last=False)
+            return answers
 
     def drop(self, path: str) -> None:
         with self._lock:

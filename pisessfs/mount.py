@@ -16,8 +16,11 @@ import faulthandler
 import logging
 import os
 import signal
+import stat
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,8 +29,9 @@ import trio
 
 from . import heap, mountpoint, status
 from .appender import Appender
+from .disk import DiskCache, code_mark
 from .fuse_ops import Operations
-from .sessions import MIN_IDLE, Store
+from .sessions import MIN_IDLE, Store, Unreadable
 from .view import View
 from .watch import Watcher
 from .watchdog import Guard
@@ -53,6 +57,8 @@ class MountOptions:
     log_file: str | None = None  # where the watchdog logs; None: the inherited stderr
     flags: frozenset[str] = frozenset()  # kernel mount flags asked for: nosuid, nodev, noexec
     warm: bool = False  # render every session in the background (Operations.warm)
+    disk_cache: str | None = None  # the folder of the disk cache (``disk``); None: none
+    disk_cache_mb: int = 4096
 
 
 class MountError(Exception):
@@ -77,6 +83,8 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
     Raises MountError if mounting fails."""
     store = Store(opts.sessions, cache_bytes=opts.cache_mb << 20, min_idle=opts.cache_idle)
     view = View(store)
+    cache = _disk_cache(opts, store)
+    view.disk = store.disk = cache
     appender = Appender()
     ops = Operations(view, read_only=opts.read_only, cap=opts.max_message_bytes, put=appender.put)
     watcher = Watcher(store, view)
@@ -120,6 +128,8 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
         if state is not None:
             state.remove()
         pyfuse3.close(unmount=clean)
+        if cache is not None:
+            _save(view, cache, clean)
         appender.close()  # after the last request: it finishes the line it holds, then exits
         watcher.close()
         if guard is not None:
@@ -149,6 +159,44 @@ def _init(ops: Operations, opts: MountOptions) -> None:
         return
     lines = [ln.strip() for ln in text.decode(errors="replace").splitlines() if ln.strip()]
     raise MountError("; ".join(lines) or str(failure))
+
+
+def _disk_cache(opts: MountOptions, store: Store) -> DiskCache | None:
+    """The disk cache, when asked for and usable; its entries of sessions that are gone
+    are removed in a thread meanwhile."""
+    if opts.disk_cache is None:
+        return None
+    mark = f"{code_mark()} reach {store.files.reach:o}"  # (what bounds every mode shown)
+    cache = DiskCache(opts.disk_cache, opts.disk_cache_mb << 20, mark, store.root)
+    if not cache.open():
+        return None
+
+    def gone(path: str) -> bool:
+        try:
+            return not stat.S_ISREG(store.files.lstat(path).st_mode)
+        except (Unreadable, ValueError):
+            return True
+
+    def prune() -> None:
+        removed = cache.prune(gone)
+        if removed:
+            log.info("disk cache: %d entries of sessions that are gone removed", removed)
+
+    threading.Thread(target=prune, name="disk-prune", daemon=True).start()
+    log.info("disk cache in %s (%d entries)", opts.disk_cache, len(cache))
+    return cache
+
+
+def _save(view: View, cache: DiskCache, clean: bool) -> None:
+    """At unmount: what this mount made of the sessions still parsed, for the next one."""
+    start = time.monotonic()
+    try:
+        if clean:
+            view.save_all()
+        cache.close()
+    except Exception:  # the unmount itself is done: a cache not saved is only slower
+        log.exception("disk cache: saving at unmount failed")
+    log.info("disk cache: %d entries saved (%.1f s)", cache.saved, time.monotonic() - start)
 
 
 def _watchdog(opts: MountOptions) -> Guard | None:

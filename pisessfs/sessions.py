@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .disk import DiskCache
 from .files import Entry as FileEntry
 from .files import Files, Unreadable
 from .heads import Head, private, read_head
@@ -432,9 +433,12 @@ class SessionFile:
         there was one: a walk asks a dropped session's folders and files six times in a row,
         and each ``stat`` walks the path from the root without following links (an eighth
         of a warm walk's time)."""
+        return Identity.of(self.recent(fresh))
+
+    def recent(self, fresh: float) -> os.stat_result:
+        """A ``stat`` of the file made less than ``fresh`` seconds ago (a new one if none)."""
         seen = self._seen
-        st = seen[0] if seen is not None and time.monotonic() - seen[1] < fresh else self.stat()
-        return Identity.of(st)
+        return seen[0] if seen is not None and time.monotonic() - seen[1] < fresh else self.stat()
 
     def changed(self) -> None:
         """The file changed (the watcher says so): the next identity is a new ``stat``."""
@@ -735,6 +739,7 @@ class Store:
         # says what (``on_evict`` is called with the state about to be dropped).
         self.shelf = Shelf(int(cache_bytes * SHARE))
         self.on_evict: Callable[[Loaded], None] | None = None
+        self.disk: DiskCache | None = None  # what mounts kept across mounts (``disk``)
 
     def _cached(self, folder: str, build: Callable[[], list[Listing]]) -> list[Listing]:
         """A folder's listing, scanned again only when the folder's mtime moved (a file or
@@ -853,6 +858,8 @@ class Store:
         mounted: no one may read in a name what they may not read in the file). Returns the
         old name, when it changed."""
         self._chmods += 1  # (before the look: see head)
+        if self.disk is not None:
+            self.disk.drop(path)  # (its entry was made under the old bits: never used again)
         head = self._heads.get(path)
         if head is None:
             return None
@@ -898,9 +905,11 @@ class Store:
         return found
 
     def changed(self, path: str) -> None:
-        """Session file ``path`` changed (the watcher says so): its shelved files and its
-        last ``stat`` no longer vouch for it."""
+        """Session file ``path`` changed (the watcher says so): its shelved files, its disk
+        cache entry and its last ``stat`` no longer vouch for it."""
         self.shelf.drop(path)
+        if self.disk is not None:
+            self.disk.drop(path)
         sf = self._files.get(path)
         if sf is not None:
             sf.changed()
@@ -925,6 +934,8 @@ class Store:
     def forget(self, path: str) -> None:
         sf = self._files.get(path)
         self.shelf.drop(path)
+        if self.disk is not None:
+            self.disk.drop(path)  # (a session gone leaves none of its text behind)
         if sf is not None:
             with self.lru_lock:
                 sf.forget()

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from . import onefile, render, summary, writer
+from . import disk, onefile, render, summary, writer
 from .errors import (
     Busy,
     Changed,
@@ -56,7 +56,7 @@ from .errors import (
     NotPermitted,
     ViewError,
 )
-from .handles import ConvSnapshot, FileSnapshot, Later, Snapshot, Unshelved
+from .handles import ConvSnapshot, FileSnapshot, Later, OnDisk, Snapshot, Unshelved
 from .kept import Answers, Kept
 from .layout import KINDS, RAW, WHOLE_KINDS, Growth, Request, fork_holds, fork_of
 from .model import Entry
@@ -170,6 +170,7 @@ class View:
         self._cache_cap = render_cache_bytes
         self._cache_lock = threading.Lock()  # render threads keep renders while the loop reads
         self._kept = Kept()  # what sessions' nodes answered, per file identity (``kept``)
+        self.disk: disk.DiskCache | None = None  # the same, and their files, across mounts
         self._evicting: Loaded | None = None  # the session being dropped (``_evicted``)
         self.overlays: dict[Key, Overlay] = {}  # entry folder -> its scratch layer
         self.nodes: dict[int, Node] = {}  # scratch inode -> node
@@ -975,13 +976,18 @@ class View:
         if not KINDS[key.kind].kept:
             return None
         sf = self.store.known(key.path)
+        if sf is None and self.disk is not None and self.disk.has(key.path):
+            sf = self.store.session(key.path)  # (a fresh mount: the disk cache may answer)
         if sf is None or sf.recheck:
             return None
         try:
-            ident = sf.identity(KEPT_FRESH)
+            st = sf.recent(KEPT_FRESH)
         except Unreadable:
             return None  # the session answers that itself
+        ident = Identity.of(st)
         held = self._kept.get(key.path, ident)
+        if held is None and self.disk is not None and self.disk.has(key.path):
+            held = self._from_disk(sf, st)
         if held is not None and held.fork is not None and not fork_holds(self, key.path, held.fork):
             self._kept.drop(key.path)  # its parent came or went: the fork answers again
             return None
@@ -1029,6 +1035,7 @@ class View:
         try:
             self._shelve(s)
             self._keep_links(s)
+            self.save(s)
         finally:
             self._evicting = None
 
@@ -1070,19 +1077,30 @@ class View:
         ident, shelf = s.ident, self.store.shelf
         if ident is None:
             return
-        conv = s.memo.get("conversation")
-        offered: list[bool] = []
-        if conv is not None and conv.done == len(s.parser.entries):
-            parts = conv.parts()
-            if parts is not None:
-                offered.append(shelf.offer(s.path, ident, "conv", parts, conv.size))
-        for kind in RENDERED:  # tree.txt and session.json, when of the file as it is
-            hit = s.memo.get(kind)
-            if hit is not None and hit[0] == s.version:
-                offered.append(shelf.offer(s.path, ident, kind, [(0, hit[1], False)], len(hit[1])))
+        offered = [
+            shelf.offer(s.path, ident, kind, parts, size)
+            for kind, (parts, size) in self._whole_files(s).items()
+        ]
         if len(offered) < 3 or not all(offered):
             said = (s.path, len(offered), offered.count(False))
             log.debug("%s: not all shelved (offered %d, refused %d)", *said)
+
+    @staticmethod
+    def _whole_files(s: Loaded) -> dict[str, tuple[list[disk.Part], int]]:
+        """The whole-session files of ``s`` as the kernel was told them, in parts (some
+        compressed), by kind (what is not made whole is not there: a big session's old
+        groups of conversation.md)."""
+        out: dict[str, tuple[list[disk.Part], int]] = {}
+        conv = s.memo.get("conversation")
+        if conv is not None and conv.done == len(s.parser.entries):
+            parts = conv.parts()
+            if parts is not None:
+                out["conv"] = (parts, conv.size)
+        for kind in RENDERED:  # tree.txt and session.json, when of the file as it is
+            hit = s.memo.get(kind)
+            if hit is not None and hit[0] == s.version:
+                out[kind] = ([(0, hit[1], False)], len(hit[1]))
+        return out
 
     def unshelve(self, later: Later) -> bool:
         """Make the bytes of ``later`` from the shelf, when its file is there as the kernel
@@ -1090,9 +1108,145 @@ class View:
         key = self.key(later.ino)
         packed = self.store.shelf.get(key.path, later.ident, key.kind)
         if packed is None or packed.size != later.size:
-            return False
+            return self._from_disk_file(later, key)
         log.debug("%s of %s: read from the shelf", key.kind, key.path)
         later.inner = Unshelved(packed, later.size)
+        return True
+
+    # -- answers and files kept across mounts (``disk``) ----------------------------------
+
+    def save(self, s: Loaded) -> bool:
+        """Write what session ``s`` answered, and its whole-session files, to the disk cache
+        (in its thread), while its file is still the file ``s`` was read from. Not a fork's:
+        its ``parent`` link follows other files."""
+        sf = self.store.known(s.path)
+        if self.disk is None or sf is None or s.ident is None:
+            return False
+        held = self._kept.get(s.path, s.ident)
+        if held is None or held.fork is not None:
+            return False
+        try:
+            st = sf.stat()
+        except Unreadable:
+            return False
+        if Identity.of(st) != s.ident:
+            return False  # it moved on: what s answered is not what it answers now
+        files = self._whole_files(s)
+        return self.disk.save(s.path, _disk_ident(st), self._answers_out(s, held), files)
+
+    def save_all(self) -> int:
+        """Save every parsed session (at unmount); how many were offered."""
+        saved = 0
+        for path in self.store.loaded_paths():
+            sf = self.store.known(path)
+            s = sf.loaded if sf is not None else None
+            if s is None or sf is None or not sf.lock.acquire(timeout=1):
+                continue  # (a thread abandoned at unmount may hold it)
+            try:
+                if not self.save(s) and self.disk is not None:
+                    self.disk.settle()  # the writer was behind: wait for it, once
+                    saved += self.save(s)
+                else:
+                    saved += 1
+            finally:
+                sf.lock.release()
+        return saved
+
+    def _answers_out(self, s: Loaded, held: Answers) -> dict[str, Any]:
+        """``held`` as JSON: keys instead of inode numbers (another mount numbers them
+        anew), an entry's epoch as "the session's"."""
+
+        def key(k: Key | None) -> list[Any] | None:
+            if k is None or k.path != s.path or k.kind not in KINDS:
+                return None
+            return [k.kind, disk.text_out(k.eid), k.k, bool(k.eid) and k.epoch == s.epoch]
+
+        def attr(a: Attr) -> list[Any] | None:
+            k = key(a.key)
+            if k is None:
+                return None
+            return [k, a.mode, a.size, a.mtime_ns, a.nlink, a.immutable, a.scratch, a.uid, a.gid]
+
+        def at(ino: int) -> list[Any] | None:
+            return key(self._keys.get(ino))
+
+        out = disk.text_out
+        listings = []
+        for folder, names in held.listings.items():
+            rows = [[out(n), attr(a)] for n, a in names.items()]
+            if at(folder) is not None and all(r[1] is not None for r in rows):
+                listings.append([at(folder), rows])
+        links = [[at(i), target.decode("latin-1")] for i, target in held.links.items()]
+        found = [[at(f), out(n), attr(a)] for (f, n), a in held.found.items()]
+        return {
+            "attrs": [a for a in map(attr, held.attrs.values()) if a is not None],
+            "listings": listings,
+            "links": [row for row in links if row[0] is not None],
+            "found": [row for row in found if row[0] is not None and row[2] is not None],
+            "absent": [[at(f), out(n)] for f, n in held.absent if at(f) is not None],
+        }
+
+    def _from_disk(self, sf: SessionFile, st: os.stat_result) -> Answers | None:
+        """The answers the disk cache holds for ``sf``'s file as ``st`` says it is now (a
+        fresh mount's first walk of a session it has not parsed)."""
+        assert self.disk is not None
+        stored = self.disk.load(sf.path, _disk_ident(st))
+        if stored is None:
+            return None
+        try:
+            held = self._answers_in(sf, Identity.of(st), stored.answers)
+        except (KeyError, TypeError, ValueError, IndexError, UnicodeError) as err:
+            log.warning("%s: its disk cache entry is not sound (%r): removed", sf.path, err)
+            self.disk.drop(sf.path)
+            return None
+        held.stored = disk.Stored(stored.name, {}, stored.files)  # (not the answers twice)
+        log.debug("%s: answers from the disk cache", sf.path)
+        return self._kept.put(sf.path, held)
+
+    def _answers_in(self, sf: SessionFile, ident: Identity, raw: dict[str, Any]) -> Answers:
+        """What :meth:`_answers_out` wrote, numbered in this mount."""
+        path, epoch = sf.path, sf.epoch
+
+        def key(v: list[Any]) -> Key:
+            kind, eid, k, of_entry = v
+            if kind not in KINDS or not isinstance(k, int):
+                raise ValueError(f"not a node: {v!r}")
+            return Key(kind, path, epoch if of_entry else 0, disk.text_in(eid), k)
+
+        def attr(v: list[Any]) -> Attr:
+            k = key(v[0])
+            mode, size, mtime, nlink, immutable, scratch, uid, gid = v[1:]
+            if not all(isinstance(n, int) for n in (mode, size, mtime, nlink, uid, gid)):
+                raise ValueError(f"not attributes: {v!r}")
+            return Attr(self.ino(k), mode, size, mtime, nlink, immutable, scratch, uid, gid, k)
+
+        held = Answers(ident)
+        name = disk.text_in
+        for v in raw.get("attrs", ()):
+            a = attr(v)
+            held.attrs[a.ino] = a
+        for folder, rows in raw.get("listings", ()):
+            held.listings[self.ino(key(folder))] = {name(n): attr(a) for n, a in rows}
+        for at, target in raw.get("links", ()):
+            held.links[self.ino(key(at))] = target.encode("latin-1")
+        for at, n, a in raw.get("found", ()):
+            held.found[(self.ino(key(at)), name(n))] = attr(a)
+        for at, n in raw.get("absent", ()):
+            held.absent.add((self.ino(key(at)), name(n)))
+        held.count = len(held.attrs) + sum(map(len, held.listings.values())) + len(held.found)
+        return held
+
+    def _from_disk_file(self, later: Later, key: Key) -> bool:
+        """Serve ``later`` from the disk cache entry its answers came from, if any."""
+        held = self._kept.get(key.path, later.ident)
+        stored = held.stored if held is not None else None
+        if stored is None or self.disk is None:
+            return False
+        where = self.disk.reader(stored, key.kind, later.size)
+        if where is None:
+            return False
+        log.debug("%s of %s: read from the disk cache", key.kind, key.path)
+        later.inner = OnDisk(*where, later.size)
         return True
 
     def fill(self, later: Later) -> None:
@@ -1297,3 +1451,9 @@ def _weight(r: Rendered) -> int:
 def _ns(e: Entry) -> int:
     return (e.ts_ms or 0) * 1_000_000
 
+
+def _disk_ident(st: os.stat_result) -> list[int]:
+    """What the disk cache ties an entry to: the file's identity and its ctime (a file put
+    back with an old mtime is another file; nothing sets a ctime back)."""
+    i = Identity.of(st)
+    return [i.dev, i.ino, i.size, i.mtime_ns, st.st_ctime_ns, i.mode, i.uid, i.gid]

@@ -7,7 +7,10 @@ generator: long tool outputs, images, edits that branch, compactions, labels), t
 ``--big-mb`` MiB each. Then, in one run, each figure the median of ``--runs``:
 
 - ``grep -r WORD`` and ``rg WORD`` over the mount against the same over the raw folder, warm
-  (one untimed run first) and cold (page cache dropped and, for the mount, a fresh daemon);
+  (one untimed run first) and cold (page cache dropped and, for the mount, a fresh daemon
+  with an empty disk cache: a first mount ever);
+- the same cold walk by a fresh daemon on the disk cache the one before saved (every mount
+  after the first: after a reboot);
 - the first walk of a fresh daemon started with ``--warm``, once its warm-up is over (page
   cache dropped), against the raw folder's cold run, with how long the warm-up took;
 - hits: matching lines over the mount (and in conversation.md alone) per matching entry of
@@ -95,22 +98,28 @@ def cold_raw(tool: str, word: str, top: Path, runs: int) -> list[float] | str:
     return out
 
 
-def cold_mount(tool: str, word: str, m: b.Mount, runs: int) -> list[float] | str:
-    got = fresh_walks(tool, word, m, runs, warm=False)
+def cold_mount(
+    tool: str, word: str, m: b.Mount, runs: int, *, disk: Path, kept: bool
+) -> list[float] | str:
+    """Cold walks by fresh daemons: with an empty disk cache, or (``kept``) with the one the
+    daemon before saved at its unmount."""
+    got = fresh_walks(tool, word, m, runs, warm=False, disk=None if kept else disk)
     return got if isinstance(got, str) else got[0]
 
 
 def fresh_walks(
-    tool: str, word: str, m: b.Mount, runs: int, warm: bool
+    tool: str, word: str, m: b.Mount, runs: int, *, warm: bool, disk: Path | None
 ) -> tuple[list[float], str] | str:
     """The first walk of a fresh daemon, the page cache dropped, ``runs`` times; with
     ``warm``, a daemon started with ``--warm``, walked once its log says the warm-up is over
-    (and what the last warm-up said)."""
+    (and what the last warm-up said). ``disk``: the disk cache emptied before each start."""
     out, said, plain = [], "", m.extra
     m.extra = [*plain, "--warm"] if warm else plain
     try:
         for _ in range(runs):
-            m.stop()
+            m.stop()  # (it saves what it made to the disk cache as it goes)
+            if disk is not None:
+                shutil.rmtree(disk, ignore_errors=True)
             since = m.logfile.stat().st_size if m.logfile.exists() else 0
             m.start(timeout=120)
             said = _warm_up(m, since) if warm else ""
@@ -191,8 +200,10 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     result: dict[str, Any] = {"corpus": facts, "word": args.word, "runs": args.runs}
     result["code"] = b.snapshot_code(tmp)  # cold runs start daemons: all of one version
     m = b.Mount("mount", raw, tmp / "mnt", tmp / "mount.log")
+    disk = tmp / "disk-cache"
+    m.extra = ["--disk-cache", str(disk)]
     if args.cache_mb:
-        m.extra = ["--cache-mb", str(args.cache_mb)]
+        m.extra += ["--cache-mb", str(args.cache_mb)]
         result["cache_mb"] = args.cache_mb
     result["mount_start_s"] = m.start(timeout=120)
     try:
@@ -209,10 +220,16 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             for tool in ("grep", "rg"):
                 b.log(f"{tool}: cold")
                 result[f"{tool}_cold_raw"] = cold_raw(tool, args.word, raw, args.cold_runs)
-                result[f"{tool}_cold_mount"] = cold_mount(tool, args.word, m, args.cold_runs)
+                for kept, kind in ((False, "cold"), (True, "disk")):
+                    if kept:
+                        b.log(f"{tool}: cold, on the disk cache the mount before saved")
+                    result[f"{tool}_{kind}_mount"] = cold_mount(
+                        tool, args.word, m, args.cold_runs, disk=disk, kept=kept
+                    )
+                result[f"{tool}_disk_raw"] = result[f"{tool}_cold_raw"]
             for tool in ("grep", "rg"):
                 b.log(f"{tool}: first walk after --warm")
-                got = fresh_walks(tool, args.word, m, args.cold_runs, warm=True)
+                got = fresh_walks(tool, args.word, m, args.cold_runs, warm=True, disk=disk)
                 if isinstance(got, str):
                     result[f"{tool}_warmed_mount"] = got
                 else:
@@ -231,20 +248,21 @@ def report(r: dict[str, Any]) -> str:
         f"mount start {r['mount_start_s']:.2f} s; first grep -r (renders everything) "
         f"{r['first_grep_s']:.1f} s; daemon --cache-mb {r.get('cache_mb', 'default')}",
         "",
-        f"{'what':<22} {'raw s':>8} {'mount s':>8} {'ratio':>6} {'target':>7}",
+        f"{'what':<26} {'raw s':>8} {'mount s':>8} {'ratio':>6} {'target':>7}",
     ]
     for tool, target in (("grep", TARGET_GREP_WARM), ("rg", TARGET_RG_WARM)):
-        for kind, tgt in (("warm", target), ("cold", TARGET_COLD)):
+        for kind, tgt in (("warm", target), ("cold", TARGET_COLD), ("disk", TARGET_COLD)):
             raw, mnt = r.get(f"{tool}_{kind}_raw"), r.get(f"{tool}_{kind}_mount")
             if isinstance(raw, str) or isinstance(mnt, str) or raw is None or mnt is None:
-                lines.append(f"{tool + ' ' + kind:<22} skipped: {raw if raw else mnt}")
+                lines.append(f"{tool + ' ' + kind:<26} skipped: {raw if raw else mnt}")
                 continue
             a, m = b.median(raw), b.median(mnt)
             mark = "ok" if m / a <= tgt else "MISS"
-            what = f"{tool} -r {kind}" if tool == "grep" else f"{tool} {kind}"
+            said = {"disk": "cold, disk cache"}.get(kind, kind)
+            what = f"{tool} -r {said}" if tool == "grep" else f"{tool} {said}"
             each = " ".join(f"{x:.1f}" for x in mnt)  # a median hides a slow first run
             lines.append(
-                f"{what:<22} {a:8.2f} {m:8.2f} {m / a:6.2f} {tgt:6.1f}x {mark:<4} runs {each}"
+                f"{what:<26} {a:8.2f} {m:8.2f} {m / a:6.2f} {tgt:6.1f}x {mark:<4} runs {each}"
             )
     for tool in ("grep", "rg"):
         raw, warmed = r.get(f"{tool}_cold_raw"), r.get(f"{tool}_warmed_mount")
@@ -252,7 +270,7 @@ def report(r: dict[str, Any]) -> str:
             a, m = b.median(raw), b.median(warmed)
             what = f"{tool}{' -r' if tool == 'grep' else ''} after --warm"
             each = " ".join(f"{x:.1f}" for x in warmed)
-            lines.append(f"{what:<22} {a:8.2f} {m:8.2f} {m / a:6.2f}  (cold raw) runs {each}")
+            lines.append(f"{what:<26} {a:8.2f} {m:8.2f} {m / a:6.2f}  (cold raw) runs {each}")
     if "warm_up" in r:
         lines.append(f"the last --warm daemon's warm-up: {r['warm_up']}")
     h = r["hits"]

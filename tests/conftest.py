@@ -186,6 +186,9 @@ def mounted(
     log = mnt.with_suffix(".log")
     limit = [] if max_fds is None else ["prlimit", f"--nofile={max_fds}:{max_fds}"]
 
+    # Each mount its own disk cache (it is on by default): what one test's mount saved never
+    # answers another's (a test of the cache itself passes --disk-cache).
+    env = {**os.environ, "XDG_CACHE_HOME": str(mnt.with_suffix(".cache"))}
     with log.open("w") as out:
         proc = subprocess.Popen(
             [
@@ -204,6 +207,7 @@ def mounted(
             stderr=subprocess.STDOUT,
             text=True,
             cwd=REPO,
+            env=env,
         )
     m = Mount(mnt, proc, log)
     try:
@@ -237,6 +241,7 @@ def _unmount(m: Mount) -> None:
         subprocess.run(["fusermount3", "-u", "-z", str(m.path)], capture_output=True)
     with contextlib.suppress(OSError):
         m.path.rmdir()
+    shutil.rmtree(m.path.with_suffix(".cache"), ignore_errors=True)
 
 
 @pytest.fixture

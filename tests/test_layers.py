@@ -34,6 +34,7 @@ ORDER = [
     "errors",
     "sessions",
     "shelf",
+    "disk",
     "heads",
     "files",
     "inotify",

@@ -1,0 +1,390 @@
+"""The disk cache: what a walk asked of a session, and its whole-session files, kept across
+mounts, so that the first walk after a mount (after every reboot) is not a parse and a render
+of a year of sessions.
+
+A fresh mount knows nothing: its first ``grep -r`` over a year of sessions parsed and rendered
+every one of them (26 to 36 times the raw JSONL's cold time; Python renders 11 to 13 MiB of
+JSONL a second). A session file only grows, and what a mount shows of a file is a function of
+its bytes. So what a mount told the kernel of a session (the answers ``kept`` gathers: its
+folders' listings, attributes and link targets) and the bytes of its ``conversation.md``,
+``tree.txt`` and ``session.json`` are written here when the mount is done with it (when the
+parse cache drops it, and at a clean unmount), tied to the identity of the file they were made
+from (device, inode, size, mtime, ctime, owner and mode) and to the code that made them. The
+next mount answers a walk of an unchanged session from them without parsing it, reading the
+text from here as it would from the shelf. Anything that does not match (the file grew, was
+replaced, was chmodded; another version of pisessfs) is not used and is removed.
+
+Nothing leaks through it: the folder is the daemon user's own (``0700``, files ``0600``; a
+folder that is anyone else's or open to others disables the cache), every access is relative
+to its descriptor without following links, a session that is trashed or deleted loses its
+entry, and a mount removes the entries of sessions that are gone. What a mount serves from an
+entry is bounded, as ever, by the session file's mode now (the identity includes it).
+
+It is a plain store (FUSE-free): the view decides what to save and when an entry may answer.
+Writing runs in a thread of its own, never on the caller's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import queue
+import stat
+import struct
+import threading
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"pisessfs cache 1\n"
+_LEN = struct.Struct("<Q")
+#: Bytes of a header at most: the answers of one session (``kept.KEPT_ANSWERS`` at most).
+HEADER_MAX = 16 << 20
+#: Uncompressed bytes waiting for the writer at most (more offered meanwhile: not saved).
+QUEUE_BYTES = 64 << 20
+SUFFIX = ".psc"
+_TMP = ".tmp"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
+
+#: One part of a file offered: its offset, its bytes, and whether they are zlib-compressed.
+Part = tuple[int, bytes, bool]
+
+
+def text_out(s: str) -> str:
+    """Any ``str`` (lone surrogates too: ids from JSON, names from the file system) as one
+    JSON can hold; :func:`text_in` gives it back exactly."""
+    return s.encode("utf-8", "surrogatepass").decode("latin-1")
+
+
+def text_in(s: object) -> str:
+    if not isinstance(s, str):
+        raise ValueError("not a string")
+    return s.encode("latin-1").decode("utf-8", "surrogatepass")
+
+
+def default_folder() -> str:
+    """``$XDG_CACHE_HOME/pisessfs``, else ``~/.cache/pisessfs``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "pisessfs")
+
+
+def code_mark() -> str:
+    """What made an entry: this package's source (any change to it may change what a file
+    shows, so an entry made by other code is never used)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.blake2b(digest_size=12)
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            with open(os.path.join(here, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """An entry read back: the answers as the view wrote them, and where each file's bytes
+    are in the entry's file (kind -> offset, size)."""
+
+    name: str
+    answers: dict[str, Any]
+    files: dict[str, tuple[int, int]]
+
+
+class DiskCache:
+    """Entries by session file path, in one folder; at most ``cap`` bytes, oldest first out."""
+
+    def __init__(self, folder: str, cap: int, mark: str, scope: str) -> None:
+        """``mark``: what made the entries (:func:`code_mark` and the mount's options that
+        change what it shows); ``scope``: the sessions root (its entries only are pruned)."""
+        self.folder, self.cap, self.mark, self.scope = folder, cap, mark, scope
+        self.fd = -1
+        self._sizes: dict[str, int] = {}  # entry name -> its bytes (the entries there are)
+        self._lock = threading.Lock()
+        self._todo: queue.Queue[tuple[str, bytes, list[Part], int] | None] = queue.Queue()
+        self._waiting = 0
+        self._thread: threading.Thread | None = None
+        self.saved = 0  # entries written by this mount (status, tests)
+        self.used = 0  # entries that answered for a session
+
+    # -- the folder -------------------------------------------------------------------------
+
+    def open(self) -> bool:
+        """Make (or check) the folder and learn its entries. False (and a warning) when it
+        cannot be used: then nothing is read or written."""
+        try:
+            os.makedirs(self.folder, mode=0o700, exist_ok=True)
+            fd = os.open(self.folder, _DIR_FLAGS)
+        except OSError as err:
+            log.warning("no disk cache: %s: %s", self.folder, err.strerror)
+            return False
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+            os.close(fd)
+            log.warning(
+                "no disk cache: %s must be yours alone (mode 700), it is uid %d mode %o",
+                self.folder,
+                st.st_uid,
+                stat.S_IMODE(st.st_mode),
+            )
+            return False
+        self.fd = fd
+        for name in os.listdir(fd):
+            if name.endswith(_TMP):  # a write a killed daemon left
+                self._unlink(name)
+            elif name.endswith(SUFFIX):
+                with contextlib.suppress(OSError):
+                    self._sizes[name] = os.stat(name, dir_fd=fd, follow_symlinks=False).st_size
+        self._trim(0)
+        return True
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    @property
+    def on(self) -> bool:
+        return self.fd >= 0
+
+    def close(self) -> None:
+        """Write what is waiting, then stop (at unmount)."""
+        if self._thread is not None:
+            self._todo.put(None)
+            self._thread.join()
+            self._thread = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def settle(self) -> None:
+        """Wait until everything offered is written or given up (tests, unmount)."""
+        self._todo.join()
+
+    # -- entries ----------------------------------------------------------------------------
+
+    def name(self, path: str) -> str:
+        digest = hashlib.blake2b(os.fsencode(path), digest_size=16).hexdigest()
+        return digest + SUFFIX
+
+    def has(self, path: str) -> bool:
+        """Whether there is an entry for ``path`` (a set lookup: no I/O)."""
+        return self.on and self.name(path) in self._sizes
+
+    def load(self, path: str, ident: list[int]) -> Stored | None:
+        """The entry of ``path`` if it was made from the file ``ident`` describes, by this
+        code, for a mount like this one. An entry that is not is removed."""
+        name = self.name(path)
+        if not self.on or name not in self._sizes:
+            return None
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=self.fd)
+        except OSError:
+            self._forget(name)
+            return None
+        try:
+            head = self._header(fd)
+        except (OSError, ValueError) as err:
+            log.warning("disk cache: %s of %s is unreadable (%s): removed", name, path, err)
+            head = None
+        finally:
+            os.close(fd)
+        if head is None or head.get("mark") != self.mark or head.get("path") != text_out(path):
+            self.drop(path)
+            return None
+        if head.get("ident") != ident:
+            self.drop(path)  # the file moved on: this entry never answers again
+            return None
+        try:
+            files = {str(k): (int(v[0]), int(v[1])) for k, v in head["files"].items()}
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            self.drop(path)
+            return None
+        self.used += 1
+        return Stored(name, head.get("answers") or {}, files)
+
+    def _header(self, fd: int) -> dict[str, Any]:
+        lead = os.pread(fd, len(MAGIC) + _LEN.size, 0)
+        if len(lead) != len(MAGIC) + _LEN.size or not lead.startswith(MAGIC):
+            raise ValueError("not an entry")
+        (size,) = _LEN.unpack(lead[len(MAGIC) :])
+        if size > HEADER_MAX:
+            raise ValueError("header too big")
+        raw = os.pread(fd, size, len(lead))
+        if len(raw) != size:
+            raise ValueError("cut short")
+        head = orjson.loads(raw)
+        if not isinstance(head, dict):
+            raise ValueError("not an entry")
+        total = head.get("total")
+        if not isinstance(total, int) or os.fstat(fd).st_size != total:
+            raise ValueError("cut short")
+        return head
+
+    def reader(self, stored: Stored, kind: str, size: int) -> tuple[int, int] | None:
+        """A descriptor of the entry (its own: the entry may be replaced meanwhile) and where
+        in it file ``kind`` begins, when the entry holds ``size`` bytes of it."""
+        where = stored.files.get(kind)
+        if where is None or where[1] != size or not self.on:
+            return None
+        try:
+            fd = os.open(stored.name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=self.fd)
+        except OSError:
+            return None
+        if os.fstat(fd).st_size < where[0] + size:  # (replaced by a shorter one meanwhile)
+            os.close(fd)
+            return None
+        return fd, where[0]
+
+    def drop(self, path: str) -> None:
+        """Session ``path`` changed or went: its entry never answers again."""
+        name = self.name(path)
+        if self.on and name in self._sizes:
+            self._unlink(name)
+            self._forget(name)
+
+    def _forget(self, name: str) -> None:
+        with self._lock:
+            self._sizes.pop(name, None)
+
+    def _unlink(self, name: str) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=self.fd)
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def save(
+        self,
+        path: str,
+        ident: list[int],
+        answers: dict[str, Any],
+        files: dict[str, tuple[list[Part], int]],
+    ) -> bool:
+        """Write the entry of ``path`` (in the writer thread): the ``answers`` (JSON, made
+        with :func:`text_out`) and each file's ``(parts, size)``. False when there is no
+        room for it now (the writer is behind) or no cache."""
+        if not self.on:
+            return False
+        raw = sum(len(b) for parts, _ in files.values() for _, b, _ in parts)
+        layout: dict[str, list[int]] = {}
+        at = 0
+        parts_out: list[Part] = []
+        for kind, (parts, size) in files.items():
+            layout[kind] = [at, size]
+            parts_out += [(at + off, data, packed) for off, data, packed in parts]
+            at += size
+        head = {
+            "mark": self.mark,
+            "scope": text_out(self.scope),
+            "path": text_out(path),
+            "ident": ident,
+            "answers": answers,
+        }
+        with self._lock:
+            if self._waiting + raw > QUEUE_BYTES:
+                return False
+            self._waiting += raw
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._write_all, name="disk", daemon=True)
+                self._thread.start()
+        self._todo.put((path, self._framed(head, layout, at), parts_out, raw))
+        return True
+
+    @staticmethod
+    def _framed(head: dict[str, Any], layout: dict[str, list[int]], body: int) -> bytes:
+        """The entry's first bytes: its header, with every offset made absolute."""
+        base = 0
+        for _ in range(8):  # the header's size is in its offsets: until it stays put
+            head["files"] = {k: [base + off, size] for k, (off, size) in layout.items()}
+            head["total"] = base + body
+            raw = orjson.dumps(head)
+            if len(MAGIC) + _LEN.size + len(raw) == base:
+                return MAGIC + _LEN.pack(len(raw)) + raw
+            base = len(MAGIC) + _LEN.size + len(raw)
+        raise ValueError("the header's size did not settle")
+
+    def _write_all(self) -> None:
+        while True:
+            item = self._todo.get()
+            if item is None:
+                self._todo.task_done()
+                return
+            path, lead, parts, raw = item
+            try:
+                self._write(path, lead, parts)
+            except Exception as err:  # a full disk, a bug: this entry is not written
+                log.warning("disk cache: %s not saved: %s", path, err)
+            finally:
+                with self._lock:
+                    self._waiting -= raw
+                self._todo.task_done()
+
+    def _write(self, path: str, lead: bytes, parts: Iterable[Part]) -> None:
+        name = self.name(path)
+        tmp = f"{name}.{os.getpid()}{_TMP}"  # (two mounts of one folder may share the cache)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+        fd = os.open(tmp, flags, 0o600, dir_fd=self.fd)
+        try:
+            with os.fdopen(fd, "wb", closefd=False) as out:
+                out.write(lead)
+                for _, data, packed in sorted(parts, key=lambda p: p[0]):
+                    out.write(zlib.decompress(data) if packed else data)
+            size = os.fstat(fd).st_size
+        except BaseException:
+            os.close(fd)
+            self._unlink(tmp)
+            raise
+        os.close(fd)
+        os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        with self._lock:
+            self._sizes[name] = size
+        self.saved += 1
+        self._trim(size)
+        log.debug("disk cache: %s saved (%d bytes)", path, size)
+
+    def _trim(self, keep: int) -> None:
+        """Remove the oldest entries until all fit under the cap."""
+        with self._lock:
+            total = sum(self._sizes.values())
+            if total <= self.cap:
+                return
+            names = list(self._sizes)
+        aged = []
+        for name in names:
+            with contextlib.suppress(OSError):
+                st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+                aged.append((st.st_mtime_ns, name))
+        for _, name in sorted(aged):
+            if total <= self.cap:
+                break
+            total -= self._sizes.get(name, 0)
+            self._unlink(name)
+            self._forget(name)
+
+    # -- pruning ----------------------------------------------------------------------------
+
+    def prune(self, gone: Any) -> int:
+        """Remove the entries of this root's sessions for which ``gone(path)`` says the file
+        is no more (blocking: a thread at mount start); how many went."""
+        removed = 0
+        for name in list(self._sizes):
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=self.fd)
+            except OSError:
+                continue
+            try:
+                head = self._header(fd)
+                scope, path = text_in(head.get("scope")), text_in(head.get("path"))
+            except (OSError, ValueError, UnicodeError):
+                head, scope, path = {}, "", ""  # unreadable: never of use
+            finally:
+                os.close(fd)
+            if head.get("mark") != self.mark or (scope == self.scope and gone(path)):
+                self._unlink(name)
+                self._forget(name)
+                removed += 1
+        return removed

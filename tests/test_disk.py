@@ -1,0 +1,242 @@
+"""The disk cache: a second mount answers a walk of an unchanged session from what the first
+saved, byte for byte what parsing it gives, and never what the file no longer says.
+
+Real mounts, one after the other, on one cache folder; a walk is what ``grep -r`` and ``find``
+meet (links not followed). Whether a session was parsed is read in the ``--debug`` log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pisessfs import disk
+
+from .conftest import Mount, mounted, named, wait_for
+
+PARSED = "whole ("  # sessions.py: "read <path> whole (<n> bytes)"
+FROM_DISK = "answers from the disk cache"
+H1 = "2026-03-02T09-14-06-120Z_h1"  # a hostile session's file stem
+
+
+def seen(top: Path) -> dict[str, tuple[object, ...]]:
+    """Everything a walk that does not follow links meets, and what ``stat`` says of it
+    (inode numbers aside: each mount numbers its own)."""
+    out: dict[str, tuple[object, ...]] = {}
+    for folder, dirs, files in os.walk(top):
+        for name in dirs + files:
+            p = Path(folder, name)
+            st = os.lstat(p)
+            about = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_nlink, st.st_uid)
+            if stat.S_ISLNK(st.st_mode):
+                out[str(p.relative_to(top))] = (*about, os.readlink(p))
+            elif stat.S_ISREG(st.st_mode):
+                out[str(p.relative_to(top))] = (*about, p.read_bytes())
+            else:
+                out[str(p.relative_to(top))] = about
+    return out
+
+
+def grep(top: Path, word: str) -> str:
+    found = subprocess.run(["grep", "-r", word, str(top)], capture_output=True, text=True)
+    return "".join(sorted(found.stdout.replace(str(top), "MNT").splitlines(keepends=True)))
+
+
+def walked(sessions: Path, cache: Path, *extra: str) -> tuple[dict[str, tuple[object, ...]], str]:
+    """A fresh mount on ``cache``: what a walk meets there, and the mount's log (read once
+    the daemon is gone: it saves at unmount)."""
+    with mounted(sessions, "--disk-cache", str(cache), "--debug", *extra) as m:
+        got = seen(m.path)
+    return got, finished(m)
+
+
+def finished(m: Mount) -> str:
+    text = m.log_text()
+    assert m.proc.returncode == 0, text
+    assert "Traceback" not in text, text
+    return text
+
+
+def parsed(log: str) -> list[str]:
+    return [line for line in log.splitlines() if PARSED in line]
+
+
+def forks(root: Path) -> list[Path]:
+    """The sessions whose header names a parent session: their ``parent`` link follows other
+    files, so they are not saved (each mount parses them)."""
+    out = []
+    for p in root.rglob("*.jsonl"):
+        with p.open("rb") as f:
+            if b'"parentSession"' in f.readline():
+                out.append(p)
+    return out
+
+
+def entries(cache: Path) -> list[Path]:
+    return sorted(cache.glob("*" + disk.SUFFIX))
+
+
+def hostile(root: Path) -> None:
+    """A session whose ids and names hold what JSON and file names may: lone surrogates,
+    ``..``, ``/``, ``x.md``, and a file name that is not UTF-8."""
+    folder = root / "--hostile--"
+    folder.mkdir()
+    head = {"type": "session", "version": 3, "id": "h0", "timestamp": "2026-03-02T09:14:05.120Z"}
+    rows = [head]
+    parent = None
+    for n, eid in enumerate(["..", "a/b", "x.md", "\ud83d", "\udcff-x", "ok"]):
+        text = f"hostile {n} \ud800 needle"
+        rows.append(
+            {
+                "type": "message",
+                "id": eid,
+                "parentId": parent,
+                "timestamp": f"2026-03-02T09:14:0{n}.000Z",
+                "message": {"role": "user" if n % 2 == 0 else "assistant", "content": text},
+            }
+        )
+        parent = eid
+    for stem, sid in ((os.fsdecode(b"2026-03-02T09-14-05-120Z_h\xff"), "h0"), (H1, "h1")):
+        rows[0]["id"] = sid
+        data = "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8", "surrogatepass")
+        (folder / f"{stem}.jsonl").write_bytes(data)
+
+
+@pytest.fixture
+def corpus(sessions: Path) -> Path:
+    hostile(sessions)
+    return sessions
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path / "cache"
+
+
+def test_a_second_mount_answers_from_the_cache_what_parsing_gives(
+    corpus: Path, cache: Path
+) -> None:
+    first, log1 = walked(corpus, cache)
+    sessions = list(corpus.rglob("*.jsonl"))
+    assert forks(corpus)  # (the examples have one)
+    assert len(parsed(log1)) >= len(sessions)  # the first mount parsed every one
+    assert len(entries(cache)) == len(sessions) - len(forks(corpus))  # and saved them
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    assert {stat.S_IMODE(p.stat().st_mode) for p in entries(cache)} == {0o600}
+
+    second, log2 = walked(corpus, cache)
+    assert second == first  # every name, link, byte and attribute, hostile ids too
+    assert len(parsed(log2)) == len(forks(corpus))  # ... and only the forks parsed for it
+    assert log2.count(FROM_DISK) == len(entries(cache))
+    assert "read from the disk cache" in log2
+
+
+def test_grep_through_a_cached_mount_finds_what_a_parsed_one_does(
+    corpus: Path, cache: Path
+) -> None:
+    with mounted(corpus, "--disk-cache", str(cache)) as m:
+        before = grep(m.path, "needle")
+    finished(m)
+    with mounted(corpus, "--disk-cache", str(cache), "--debug") as m:
+        after = grep(m.path, "needle")
+    assert len(parsed(finished(m))) == len(forks(corpus))
+    assert after == before
+    texts = [ln for ln in after.splitlines() if "/conversation.md:" in ln]
+    assert len(texts) == 12  # both hostile sessions, each message once
+
+
+def test_a_session_that_changed_is_parsed_again_and_shows_its_change(
+    corpus: Path, cache: Path
+) -> None:
+    first, _ = walked(corpus, cache)
+    grown = next(p for p in corpus.rglob("*.jsonl") if p.name.endswith("_h1.jsonl"))
+    line = {
+        "type": "message",
+        "id": "new1",
+        "parentId": "ok",
+        "timestamp": "2026-03-02T09:15:00.000Z",
+        "message": {"role": "user", "content": "appended between mounts"},
+    }
+    with grown.open("a") as f:
+        f.write(json.dumps(line) + "\n")
+    chmodded = next(p for p in corpus.rglob("*.jsonl") if p.name.endswith("\udcff.jsonl"))
+    chmodded.chmod(0o600)
+    second, log = walked(corpus, cache)
+    changed_files = [line for line in parsed(log) if "--hostile--" in line]
+    assert len(changed_files) == 2  # the two that changed ...
+    assert len(parsed(log)) == 2 + len(forks(corpus))  # ... and only those (and the forks)
+    conv = next(v for k, v in second.items() if "h1" in k and k.endswith("conversation.md"))
+    assert b"appended between mounts" in conv[-1]  # type: ignore[operator]
+    changed = {k for k in first if first[k] != second.get(k)}
+    assert changed and all("hostile" in k for k in changed)
+
+
+def test_a_session_deleted_between_mounts_leaves_no_entry(corpus: Path, cache: Path) -> None:
+    walked(corpus, cache)
+    gone = next(p for p in corpus.rglob("*.jsonl") if p.name.endswith("_h1.jsonl"))
+    name = disk.DiskCache(str(cache), 1 << 30, "", "").name(str(gone))
+    assert (cache / name).exists()
+    gone.unlink()
+    with mounted(corpus, "--disk-cache", str(cache)) as m:
+        wait_for(lambda: not (cache / name).exists(), 10, "the entry of the deleted session")
+    finished(m)
+    assert len(entries(cache)) == len(list(corpus.rglob("*.jsonl"))) - len(forks(corpus))
+
+
+def test_a_session_trashed_through_the_mount_loses_its_entry(
+    corpus: Path, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    walked(corpus, cache)
+    session = next(p for p in corpus.rglob("*.jsonl") if p.name.endswith("_h1.jsonl"))
+    name = disk.DiskCache(str(cache), 1 << 30, "", "").name(str(session))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    with mounted(corpus, "--disk-cache", str(cache)) as m:
+        folder = named(m.path / "hostile" / H1)
+        subprocess.run(["rm", "-r", str(folder)], check=True)
+        assert not session.exists()
+        wait_for(lambda: not (cache / name).exists(), 10, "the trashed session's entry gone")
+    finished(m)
+    assert not (cache / name).exists()
+
+
+@pytest.mark.warns
+def test_damaged_entries_are_not_used_and_removed(corpus: Path, cache: Path) -> None:
+    first, _ = walked(corpus, cache)
+    saved = entries(cache)
+    saved[0].write_bytes(saved[0].read_bytes()[:-10])  # cut short
+    saved[1].write_bytes(b"garbage")
+    data = saved[2].read_bytes()
+    saved[2].write_bytes(data.replace(b'"answers":{', b'"answers":{"attrs":[[1,2]],"x":{', 1))
+    second, log = walked(corpus, cache)
+    assert second == first
+    assert len(parsed(log)) == 3 + len(forks(corpus))  # those three parsed again ...
+    assert len(entries(cache)) == len(saved)  # ... and saved anew
+
+
+def test_the_cache_is_under_xdg_cache_home_unless_off(corpus: Path) -> None:
+    with mounted(corpus) as m:  # (the tests' mounts each have their own $XDG_CACHE_HOME)
+        home = m.path.with_suffix(".cache")
+        seen(m.path)
+        assert stat.S_IMODE((home / "pisessfs").stat().st_mode) == 0o700
+    finished(m)
+    with mounted(corpus, "--disk-cache", "off") as m:
+        seen(m.path)
+        assert not m.path.with_suffix(".cache").exists()
+    assert "disk cache" not in finished(m)
+
+
+@pytest.mark.warns
+def test_a_cache_folder_others_may_enter_is_not_used(corpus: Path, cache: Path) -> None:
+    cache.mkdir(mode=0o755)
+    cache.chmod(0o755)
+    with mounted(corpus, "--disk-cache", str(cache)) as m:
+        assert seen(m.path)
+    log = finished(m)
+    assert "no disk cache" in log and "must be yours alone" in log
+    assert entries(cache) == []
