@@ -33,7 +33,10 @@ import os
 import queue
 import stat
 import struct
+import sys
 import threading
+import time
+import unicodedata
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -51,6 +54,7 @@ HEADER_MAX = 16 << 20
 QUEUE_BYTES = 64 << 20
 SUFFIX = ".psc"
 _TMP = ".tmp"
+STALE_TMP_NS = 3600 * 10**9  # a half-written entry this old is no running mount's
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 
 #: One part of a file offered: its offset, its bytes, and whether they are zlib-compressed.
@@ -76,10 +80,12 @@ def default_folder() -> str:
 
 
 def code_mark() -> str:
-    """What made an entry: this package's source (any change to it may change what a file
-    shows, so an entry made by other code is never used)."""
+    """What made an entry: this package's source and the Python that runs it (its Unicode
+    tables make slugs and names): any change to them may change what a file shows, so an
+    entry made by other code is never used."""
     here = os.path.dirname(os.path.abspath(__file__))
     h = hashlib.blake2b(digest_size=12)
+    h.update(f"{sys.version}\0{unicodedata.unidata_version}\0".encode())
     for name in sorted(os.listdir(here)):
         if name.endswith(".py"):
             with open(os.path.join(here, name), "rb") as f:
@@ -89,12 +95,19 @@ def code_mark() -> str:
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """An entry read back: the answers as the view wrote them, and where each file's bytes
-    are in the entry's file (kind -> offset, size)."""
+    """An entry read back: the answers as the view wrote them, where each file's bytes are
+    in the entry's file (kind -> offset, size), and which file that was (device, inode,
+    size, mtime: an entry saved again is another file, with other offsets)."""
 
     name: str
     answers: dict[str, Any]
     files: dict[str, tuple[int, int]]
+    was: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+
+def _which(fd: int) -> tuple[int, int, int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 class DiskCache:
@@ -107,7 +120,10 @@ class DiskCache:
         self.fd = -1
         self._sizes: dict[str, int] = {}  # entry name -> its bytes (the entries there are)
         self._lock = threading.Lock()
-        self._todo: queue.Queue[tuple[str, bytes, list[Part], int] | None] = queue.Queue()
+        self._todo: queue.Queue[tuple[str, int, bytes, list[Part], int] | None] = queue.Queue()
+        # Saves and drops per entry name: a queued write is made only if it is still the
+        # last thing asked of its entry (a session trashed after it was saved stays gone).
+        self._asked: dict[str, int] = {}
         self._waiting = 0
         self._thread: threading.Thread | None = None
         self.saved = 0  # entries written by this mount (status, tests)
@@ -135,9 +151,12 @@ class DiskCache:
             )
             return False
         self.fd = fd
+        old = time.time_ns() - STALE_TMP_NS
         for name in os.listdir(fd):
-            if name.endswith(_TMP):  # a write a killed daemon left
-                self._unlink(name)
+            if name.endswith(_TMP):  # a write a killed daemon left (not another mount's now)
+                with contextlib.suppress(OSError):
+                    if os.stat(name, dir_fd=fd, follow_symlinks=False).st_mtime_ns < old:
+                        self._unlink(name)
             elif name.endswith(SUFFIX):
                 with contextlib.suppress(OSError):
                     self._sizes[name] = os.stat(name, dir_fd=fd, follow_symlinks=False).st_size
@@ -188,6 +207,7 @@ class DiskCache:
             return None
         try:
             head = self._header(fd)
+            was = _which(fd)
         except (OSError, ValueError) as err:
             log.warning("disk cache: %s of %s is unreadable (%s): removed", name, path, err)
             head = None
@@ -205,7 +225,7 @@ class DiskCache:
             self.drop(path)
             return None
         self.used += 1
-        return Stored(name, head.get("answers") or {}, files)
+        return Stored(name, head.get("answers") or {}, files, was)
 
     def _header(self, fd: int) -> dict[str, Any]:
         lead = os.pread(fd, len(MAGIC) + _LEN.size, 0)
@@ -235,15 +255,21 @@ class DiskCache:
             fd = os.open(stored.name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=self.fd)
         except OSError:
             return None
-        if os.fstat(fd).st_size < where[0] + size:  # (replaced by a shorter one meanwhile)
+        if _which(fd) != stored.was:  # saved again meanwhile: other offsets, or gone
             os.close(fd)
             return None
         return fd, where[0]
 
     def drop(self, path: str) -> None:
-        """Session ``path`` changed or went: its entry never answers again."""
+        """Session ``path`` changed or went: its entry never answers again (nor does one
+        queued for writing)."""
+        if not self.on:
+            return
         name = self.name(path)
-        if self.on and name in self._sizes:
+        with self._lock:
+            self._asked[name] = self._asked.get(name, 0) + 1
+            there = name in self._sizes
+        if there:
             self._unlink(name)
             self._forget(name)
 
@@ -269,6 +295,7 @@ class DiskCache:
         room for it now (the writer is behind) or no cache."""
         if not self.on:
             return False
+        name = self.name(path)
         raw = sum(len(b) for parts, _ in files.values() for _, b, _ in parts)
         layout: dict[str, list[int]] = {}
         at = 0
@@ -284,15 +311,25 @@ class DiskCache:
             "ident": ident,
             "answers": answers,
         }
+        try:
+            lead = self._framed(head, layout, at)
+        except (TypeError, ValueError) as err:  # (a number past 64 bits: a hostile time)
+            log.debug("disk cache: %s not saved: %s", path, err)
+            return False
         with self._lock:
             if self._waiting + raw > QUEUE_BYTES:
                 return False
             self._waiting += raw
+            asked = self._asked[name] = self._asked.get(name, 0) + 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._write_all, name="disk", daemon=True)
                 self._thread.start()
-        self._todo.put((path, self._framed(head, layout, at), parts_out, raw))
+        self._todo.put((path, asked, lead, parts_out, raw))
         return True
+
+    def busy(self) -> bool:
+        """Whether the writer has entries still to write (read without the lock)."""
+        return self._waiting > 0
 
     @staticmethod
     def _framed(head: dict[str, Any], layout: dict[str, list[int]], body: int) -> bytes:
@@ -313,9 +350,9 @@ class DiskCache:
             if item is None:
                 self._todo.task_done()
                 return
-            path, lead, parts, raw = item
+            path, asked, lead, parts, raw = item
             try:
-                self._write(path, lead, parts)
+                self._write(path, asked, lead, parts)
             except Exception as err:  # a full disk, a bug: this entry is not written
                 log.warning("disk cache: %s not saved: %s", path, err)
             finally:
@@ -323,7 +360,7 @@ class DiskCache:
                     self._waiting -= raw
                 self._todo.task_done()
 
-    def _write(self, path: str, lead: bytes, parts: Iterable[Part]) -> None:
+    def _write(self, path: str, asked: int, lead: bytes, parts: Iterable[Part]) -> None:
         name = self.name(path)
         tmp = f"{name}.{os.getpid()}{_TMP}"  # (two mounts of one folder may share the cache)
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -339,8 +376,11 @@ class DiskCache:
             self._unlink(tmp)
             raise
         os.close(fd)
-        os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        with self._lock:
+        with self._lock:  # (a drop takes the lock too: it comes before, or after, all this)
+            if self._asked.get(name) != asked:
+                self._unlink(tmp)  # dropped, or saved again, since it was asked for
+                return
+            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
             self._sizes[name] = size
         self.saved += 1
         self._trim(size)
@@ -369,7 +409,9 @@ class DiskCache:
 
     def prune(self, gone: Any) -> int:
         """Remove the entries of this root's sessions for which ``gone(path)`` says the file
-        is no more (blocking: a thread at mount start); how many went."""
+        is no more or that other code made, and those that cannot be read (blocking: a
+        thread at mount start); how many went. Other roots' entries are their mounts' (one
+        folder may serve several)."""
         removed = 0
         for name in list(self._sizes):
             try:
@@ -383,7 +425,7 @@ class DiskCache:
                 head, scope, path = {}, "", ""  # unreadable: never of use
             finally:
                 os.close(fd)
-            if head.get("mark") != self.mark or (scope == self.scope and gone(path)):
+            if not head or (scope == self.scope and (head.get("mark") != self.mark or gone(path))):
                 self._unlink(name)
                 self._forget(name)
                 removed += 1

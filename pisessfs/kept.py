@@ -93,6 +93,13 @@ class Kept:
             self._by_path.move_to_end(path)
             return a
 
+    def peek(self, path: str, ident: Identity) -> Answers | None:
+        """The answers for ``path`` if made from the file ``ident`` describes, as they are
+        (a handle opened before a change asks this: it must not drop the new answers)."""
+        with self._lock:
+            a = self._by_path.get(path)
+            return a if a is not None and a.ident == ident else None
+
     def of(self, path: str, ident: Identity, fork: Fork | None = None) -> Answers:
         """The answers being gathered for ``path`` as the file ``ident`` (new ones when the
         file changed since the last were gathered, or a fork's parent link did)."""

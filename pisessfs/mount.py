@@ -193,9 +193,10 @@ def _save(view: View, cache: DiskCache, clean: bool) -> None:
     try:
         if clean:
             view.save_all()
-        cache.close()
     except Exception:  # the unmount itself is done: a cache not saved is only slower
         log.exception("disk cache: saving at unmount failed")
+    finally:
+        cache.close()  # (what was queued is written)
     log.info("disk cache: %d entries saved (%.1f s)", cache.saved, time.monotonic() - start)
 
 

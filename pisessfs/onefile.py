@@ -153,6 +153,10 @@ class Conversation:
         self._packed: dict[int, bytes] = {}  # groups' bytes compressed (zlib, level 1)
         self._packed_bytes = 0
         self._open: list[bytes] = []  # the last group's bytes, while it fills
+        # Calls of ``add``: after the first, the text shows what this mount showed as the
+        # file grew (it only grows at its end), which a render of the whole file may not
+        # (a line that took an earlier one's id): the disk cache keeps only a first render.
+        self.adds = 0
 
     def add(
         self,
@@ -164,6 +168,7 @@ class Conversation:
     ) -> None:
         """Show ``entries[done:]`` (call under ``lock``); ``sized`` is told the size of each
         entry's block in a branch view (so no branch is rendered to learn its size)."""
+        self.adds += 1
         fresh = [p for p in problems if (p.line, p.kind, p.detail) not in self.said]
         fresh.sort(key=lambda p: p.line)
         k = 0

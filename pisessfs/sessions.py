@@ -146,6 +146,7 @@ class Loaded:
         self.parser = Parser(path)
         self.index = Index()
         self.ident: Identity | None = None
+        self.ctime_ns = 0  # the file's ctime before the last read of it began
         self.version = 0  # grows with every change: whole-session renders are tied to one
         self.consumed = 0  # how many of parser.entries the index has seen
         self._tail: Entry | None = None  # a provisional last line the index holds
@@ -287,6 +288,8 @@ class Loaded:
         """Parse the bytes of ``fd`` after those parsed so far, up to ``ident.size``, at most
         ``limit`` of them (cut at a line's end); True when all are parsed. The index is not
         touched: :meth:`index_new` does that."""
+        # (before reading: a ctime still this later means nothing changed since the read)
+        self.ctime_ns = os.fstat(fd).st_ctime_ns
         with no_gc():
             offset = self.size
             while offset < ident.size:

@@ -27,6 +27,7 @@ rewritten file never serves old bytes under an old inode.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import math
@@ -169,6 +170,9 @@ class View:
         self._cache_bytes = 0
         self._cache_cap = render_cache_bytes
         self._cache_lock = threading.Lock()  # render threads keep renders while the loop reads
+        # The index each session's renders were made with (epoch, rebuilds): a rebuilt index
+        # may give an id another line (a later one took it) or an entry another number.
+        self._cache_index: dict[str, tuple[int, int]] = {}
         self._kept = Kept()  # what sessions' nodes answered, per file identity (``kept``)
         self.disk: disk.DiskCache | None = None  # the same, and their files, across mounts
         self._evicting: Loaded | None = None  # the session being dropped (``_evicted``)
@@ -666,12 +670,12 @@ class View:
     def rendered(self, s: Loaded, key: Key, d: dict[str, Any] | None = None) -> Rendered:
         """An entry's message file and its images, from one parse (``d``, when the caller
         has it), kept in a byte-capped LRU."""
-        hit = self._cached(key)
+        hit = self._cached(key, s)
         if hit is not None:
             return hit
         e = self.entry(s, key.eid)
         d = s.parsed(e) if d is None else d
-        return self._keep(key, (render.render(d, self.context(s, e, d)), render.images(d)))
+        return self._keep(key, (render.render(d, self.context(s, e, d)), render.images(d)), s)
 
     def context(self, s: Loaded, e: Entry, d: dict[str, Any]) -> render.Context:
         """What entry ``e``'s file shows of other entries: the call a tool result answers
@@ -720,8 +724,10 @@ class View:
             return None
         return render.file_name(num, render.number_width(num), e.kind)
 
-    def _keep(self, key: Key, done: Rendered) -> Rendered:
+    def _keep(self, key: Key, done: Rendered, s: Loaded) -> Rendered:
         with self._cache_lock:
+            if self._cache_index.get(s.path) != (s.epoch, s.rebuilds):
+                return done  # (made with an index built again meanwhile: not kept)
             old = self._cache.pop(key, None)  # (a render made twice: counted once)
             if old is not None:
                 self._cache_bytes -= _weight(old)
@@ -732,9 +738,15 @@ class View:
                 self._cache_bytes -= _weight(old)
         return done
 
-    def _cached(self, key: Key) -> Rendered | None:
-        """A render kept, made the most recently used."""
+    def _cached(self, key: Key, s: Loaded) -> Rendered | None:
+        """A render kept, made the most recently used (none of ``s``'s, when its index was
+        built again since they were made: they were of the old one)."""
         with self._cache_lock:
+            made_with = (s.epoch, s.rebuilds)
+            if self._cache_index.get(s.path, made_with) != made_with:
+                for old in [k for k in self._cache if k.path == s.path]:
+                    self._cache_bytes -= _weight(self._cache.pop(old))
+            self._cache_index[s.path] = made_with
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
@@ -765,12 +777,12 @@ class View:
     def branch_text(self, s: Loaded, eid: str) -> bytes:
         """``nodes/<id>.md``: every entry of the path root→``eid``, in order."""
         key = Key("branch", s.path, s.epoch, eid)
-        hit = self._cached(key)
+        hit = self._cached(key, s)
         if hit is not None:
             return hit[0]
         self.entry(s, eid)
         data = b"".join(self._branch_block(s, i) for i in s.index.path(eid))
-        return self._keep(key, (data, []))[0]
+        return self._keep(key, (data, []), s)[0]
 
     def _branch_block(self, s: Loaded, eid: str) -> bytes:
         return onefile.block(self.piece(s, s.index.by_id[eid]), "../nodes/" + id_name(eid))
@@ -1117,19 +1129,22 @@ class View:
 
     def save(self, s: Loaded) -> bool:
         """Write what session ``s`` answered, and its whole-session files, to the disk cache
-        (in its thread), while its file is still the file ``s`` was read from. Not a fork's:
-        its ``parent`` link follows other files."""
+        (in its thread), when they are what a render of its file as it is now gives: not a
+        fork's (its ``parent`` link follows other files), not a ``conversation.md`` that
+        grew in this mount (see ``Conversation.adds``), not of a file that changed since it
+        was read (its ctime moved: a rewrite that kept size and mtime too)."""
         sf = self.store.known(s.path)
         if self.disk is None or sf is None or s.ident is None:
             return False
         held = self._kept.get(s.path, s.ident)
-        if held is None or held.fork is not None:
+        conv = s.memo.get("conversation")
+        if held is None or held.fork is not None or (conv is not None and conv.adds > 1):
             return False
         try:
             st = sf.stat()
         except Unreadable:
             return False
-        if Identity.of(st) != s.ident:
+        if Identity.of(st) != s.ident or st.st_ctime_ns != s.ctime_ns:
             return False  # it moved on: what s answered is not what it answers now
         files = self._whole_files(s)
         return self.disk.save(s.path, _disk_ident(st), self._answers_out(s, held), files)
@@ -1143,11 +1158,13 @@ class View:
             if s is None or sf is None or not sf.lock.acquire(timeout=1):
                 continue  # (a thread abandoned at unmount may hold it)
             try:
-                if not self.save(s) and self.disk is not None:
+                if not self.save(s) and self.disk is not None and self.disk.busy():
                     self.disk.settle()  # the writer was behind: wait for it, once
                     saved += self.save(s)
                 else:
                     saved += 1
+            except Exception:  # (a bug: the other sessions are still saved)
+                log.exception("%s: not saved to the disk cache", path)
             finally:
                 sf.lock.release()
         return saved
@@ -1195,11 +1212,11 @@ class View:
             return None
         try:
             held = self._answers_in(sf, Identity.of(st), stored.answers)
-        except (KeyError, TypeError, ValueError, IndexError, UnicodeError) as err:
+        except Exception as err:  # (whatever it holds: the session answers for itself)
             log.warning("%s: its disk cache entry is not sound (%r): removed", sf.path, err)
             self.disk.drop(sf.path)
             return None
-        held.stored = disk.Stored(stored.name, {}, stored.files)  # (not the answers twice)
+        held.stored = dataclasses.replace(stored, answers={})  # (not the answers twice)
         log.debug("%s: answers from the disk cache", sf.path)
         return self._kept.put(sf.path, held)
 
@@ -1238,7 +1255,7 @@ class View:
 
     def _from_disk_file(self, later: Later, key: Key) -> bool:
         """Serve ``later`` from the disk cache entry its answers came from, if any."""
-        held = self._kept.get(key.path, later.ident)
+        held = self._kept.peek(key.path, later.ident)
         stored = held.stored if held is not None else None
         if stored is None or self.disk is None:
             return False

@@ -7,16 +7,21 @@ meet (links not followed). Whether a session was parsed is read in the ``--debug
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from pisessfs import disk
+from pisessfs.sessions import Store
+from pisessfs.view import Key, NotFound, View
 
 from .conftest import Mount, mounted, named, wait_for
 
@@ -108,6 +113,18 @@ def hostile(root: Path) -> None:
         (folder / f"{stem}.jsonl").write_bytes(data)
 
 
+def reframed(entry: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """Change the header of a disk cache entry, keeping it a sound entry otherwise."""
+    data = entry.read_bytes()
+    start = len(disk.MAGIC) + 8
+    size = int.from_bytes(data[len(disk.MAGIC) : start], "little")
+    head = orjson.loads(data[start : start + size])
+    body = data[start + size :]
+    change(head)
+    layout = {k: [off - start - size, n] for k, (off, n) in head.pop("files").items()}
+    entry.write_bytes(disk.DiskCache._framed(head, layout, len(body)) + body)
+
+
 @pytest.fixture
 def corpus(sessions: Path) -> Path:
     hostile(sessions)
@@ -120,7 +137,7 @@ def cache(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_a_second_mount_answers_from_the_cache_what_parsing_gives(
-    corpus: Path, cache: Path
+    corpus: Path, cache: Path, tmp_path: Path
 ) -> None:
     first, log1 = walked(corpus, cache)
     sessions = list(corpus.rglob("*.jsonl"))
@@ -131,7 +148,8 @@ def test_a_second_mount_answers_from_the_cache_what_parsing_gives(
     assert {stat.S_IMODE(p.stat().st_mode) for p in entries(cache)} == {0o600}
 
     second, log2 = walked(corpus, cache)
-    assert second == first  # every name, link, byte and attribute, hostile ids too
+    fresh, _ = walked(corpus, tmp_path / "other", "--disk-cache", "off")
+    assert second == fresh == first  # every name, link, byte and attribute, hostile ids too
     assert len(parsed(log2)) == len(forks(corpus))  # ... and only the forks parsed for it
     assert log2.count(FROM_DISK) == len(entries(cache))
     assert "read from the disk cache" in log2
@@ -211,11 +229,12 @@ def test_damaged_entries_are_not_used_and_removed(corpus: Path, cache: Path) -> 
     saved = entries(cache)
     saved[0].write_bytes(saved[0].read_bytes()[:-10])  # cut short
     saved[1].write_bytes(b"garbage")
-    data = saved[2].read_bytes()
-    saved[2].write_bytes(data.replace(b'"answers":{', b'"answers":{"attrs":[[1,2]],"x":{', 1))
+    reframed(saved[2], lambda head: head["answers"].update(attrs=[[1, 2]]))  # a sound frame
+    reframed(saved[3], lambda head: head.update(answers=[]))  # (not a dict)
     second, log = walked(corpus, cache)
     assert second == first
-    assert len(parsed(log)) == 3 + len(forks(corpus))  # those three parsed again ...
+    assert len(parsed(log)) == 4 + len(forks(corpus))  # those four parsed again ...
+    assert "is not sound" in log  # (the two whose frame holds: read, then refused)
     assert len(entries(cache)) == len(saved)  # ... and saved anew
 
 
@@ -240,3 +259,165 @@ def test_a_cache_folder_others_may_enter_is_not_used(corpus: Path, cache: Path) 
     log = finished(m)
     assert "no disk cache" in log and "must be yours alone" in log
     assert entries(cache) == []
+
+
+def test_a_conversation_that_grew_in_a_mount_is_not_kept(
+    corpus: Path, cache: Path, tmp_path: Path
+) -> None:
+    """conversation.md only grows while mounted; a line that takes an earlier line's id
+    makes that text differ from a render of the whole file, which a later mount must show."""
+    grown = next(p for p in corpus.rglob("*.jsonl") if p.name.endswith("_h1.jsonl"))
+    again: dict[str, Any] = {
+        "type": "message",
+        "id": "x.md",
+        "parentId": "ok",
+        "timestamp": "2026-03-02T09:15:00.000Z",
+    }
+    again["message"] = {"role": "user", "content": "the id again"}
+    with mounted(corpus, "--disk-cache", str(cache)) as m:
+        conv = named(m.path / "hostile" / H1) / "conversation.md"
+        before = conv.read_bytes()
+        with grown.open("a") as f:
+            f.write(json.dumps(again) + "\n")
+        wait_for(lambda: conv.read_bytes() != before, 10, "the append in conversation.md")
+        seen(m.path)
+    finished(m)
+    second, _ = walked(corpus, cache)
+    fresh, _ = walked(corpus, tmp_path / "other", "--disk-cache", "off")
+    assert second == fresh
+
+
+def test_a_rewrite_that_kept_size_and_mtime_is_not_saved(tmp_path: Path) -> None:
+    """What a mount read before a same-size rewrite in place whose mtime was put back
+    (``cp -p`` over it) is not saved as the file's: its ctime moved. In process: a mount's
+    watcher may see the rewrite half done and read the file again."""
+    root, path = _one_session(tmp_path)
+    store, v, c = _view_on(root, tmp_path / "cache")
+    _listing(v, path)
+    s = store.session(str(path)).loaded
+    assert s is not None and v.save(s)  # (what it read: saved)
+    st = path.stat()
+    with path.open("r+b") as f:  # (no truncation: nothing shows it in between)
+        data = f.read()
+        f.seek(0)
+        f.write(data.replace(b"hi 1 ", b"HI 1 "))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert not v.save(s)
+    path.write_bytes(path.read_bytes())  # (the same bytes again: a new ctime, nothing else)
+    assert not v.save(s)
+    c.close()
+
+
+def test_a_time_past_64_bits_saves_the_rest(corpus: Path, cache: Path, tmp_path: Path) -> None:
+    """An entry dated in the year 9999 (nanoseconds past 64 bits) is not an error: its
+    session is not saved, every other one is."""
+    far = corpus / "--hostile--" / "2026-03-02T09-14-07-120Z_far.jsonl"
+    rows = [
+        {"type": "session", "version": 3, "id": "far", "timestamp": "2026-03-02T09:14:05.120Z"},
+        {
+            "type": "message",
+            "id": "f1",
+            "parentId": None,
+            "timestamp": "9999-12-31T00:00:00.000Z",
+            "message": {"role": "user", "content": "from far away"},
+        },
+    ]
+    far.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    first, _ = walked(corpus, cache)
+    sessions = list(corpus.rglob("*.jsonl"))
+    assert len(entries(cache)) == len(sessions) - len(forks(corpus)) - 1
+    second, _ = walked(corpus, cache)
+    assert second == first
+
+
+def test_an_entry_saved_again_is_never_read_at_the_old_offsets(tmp_path: Path) -> None:
+    """A mount answered a session from its entry, then parsed it, and saved it again (more
+    answers: a longer header); a handle opened from the first answers must not read the new
+    entry at the old offsets (tree.txt came out as a slice of conversation.md)."""
+    root, path = _one_session(tmp_path)
+
+    store, v, c = _view_on(root, tmp_path / "cache")
+    _, names = _listing(v, path)
+    real = v.content(names["tree.txt"].ino)
+    store.session(str(path)).evict()
+    c.close()
+
+    store, v, c = _view_on(root, tmp_path / "cache")
+    sess, names = _listing(v, path)
+    assert c.used == 1  # answered from the entry
+    later = v.later(names["tree.txt"].ino)
+    assert later is not None
+    v.ready(sess, listing=True)  # parsed after all; more answers gathered, then saved again
+    for i in range(40):
+        with contextlib.suppress(NotFound):
+            v.lookup(sess, f"zz{i}")
+        v.looked_up(sess, f"zz{i}", None)
+    store.session(str(path)).evict()
+    c.settle()
+    assert c.saved == 1
+    store.shelf.drop(str(path))  # (the shelf let it go)
+    if not v.unshelve(later):
+        v.ready(later.ino)
+        v.fill(later)
+    assert later.read(0, later.size) == real
+    later.close()
+    c.close()
+
+
+def _one_session(tmp_path: Path) -> tuple[Path, Path]:
+    """A sessions folder with one session of 30 messages."""
+    root = tmp_path / "sessions"
+    (root / "--p--").mkdir(parents=True)
+    path = root / "--p--" / "2026-01-01T00-00-00-000Z_a.jsonl"
+    rows: list[dict[str, Any]] = [
+        {"type": "session", "version": 3, "id": "s", "timestamp": "2026-03-02T09:14:05.120Z"}
+    ]
+    for n in range(30):
+        role = "user" if n % 2 == 0 else "assistant"
+        rows.append(
+            {
+                "type": "message",
+                "id": f"e{n}",
+                "parentId": f"e{n - 1}" if n else None,
+                "timestamp": "2026-03-02T09:14:06.000Z",
+                "message": {"role": role, "content": f"hi {n} " * 20},
+            }
+        )
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root, path
+
+
+def _view_on(root: Path, cache: Path) -> tuple[Store, View, disk.DiskCache]:
+    """The core of a mount of ``root`` on disk cache ``cache``, without FUSE."""
+    store = Store(str(root))
+    v = View(store)
+    c = disk.DiskCache(str(cache), 1 << 30, disk.code_mark(), store.root)
+    assert c.open()
+    v.disk = store.disk = c
+    return store, v, c
+
+
+def _listing(v: View, path: Path) -> tuple[int, dict[str, Any]]:
+    """A session folder's listing, from kept answers (the disk cache's too) if any."""
+    sess = v.ino(Key("sess", str(path)))
+    names = v.kept_listing(sess)
+    if names is None:
+        v.ready(sess, listing=True)
+        names = v.children(sess)
+    return sess, dict(names)
+
+
+def test_a_drop_wins_over_a_save_still_queued(tmp_path: Path) -> None:
+    """A session saved as it was dropped, then trashed: the write still queued must not
+    bring its text back after the drop."""
+    root, path = _one_session(tmp_path)
+    store, v, c = _view_on(root, tmp_path / "cache")
+    _listing(v, path)
+    s = store.session(str(path)).loaded
+    assert s is not None
+    for _ in range(20):
+        assert v.save(s)
+        c.drop(str(path))
+        c.settle()
+        assert not (tmp_path / "cache" / c.name(str(path))).exists()
+    c.close()
