@@ -38,7 +38,7 @@ import threading
 import time
 import unicodedata
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,8 +57,12 @@ _TMP = ".tmp"
 STALE_TMP_NS = 3600 * 10**9  # a half-written entry this old is no running mount's
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 
-#: One part of a file offered: its offset, its bytes, and whether they are zlib-compressed.
-Part = tuple[int, bytes, bool]
+#: One part of a file offered: its offset, its bytes (or what makes them, in the writer's
+#: thread: a big session's groups of conversation.md that no one holds), and whether they
+#: are zlib-compressed.
+Part = tuple[int, bytes | Callable[[], bytes], bool]
+#: A file offered: its parts and its size.
+File = tuple[list[Part], int]
 
 
 def text_out(s: str) -> str:
@@ -288,7 +292,7 @@ class DiskCache:
         path: str,
         ident: list[int],
         answers: dict[str, Any],
-        files: dict[str, tuple[list[Part], int]],
+        files: dict[str, File],
     ) -> bool:
         """Write the entry of ``path`` (in the writer thread): the ``answers`` (JSON, made
         with :func:`text_out`) and each file's ``(parts, size)``. False when there is no
@@ -296,7 +300,7 @@ class DiskCache:
         if not self.on:
             return False
         name = self.name(path)
-        raw = sum(len(b) for parts, _ in files.values() for _, b, _ in parts)
+        raw = sum(size for _, size in files.values())  # (what the writer holds, at most)
         layout: dict[str, list[int]] = {}
         at = 0
         parts_out: list[Part] = []
@@ -317,8 +321,8 @@ class DiskCache:
             log.debug("disk cache: %s not saved: %s", path, err)
             return False
         with self._lock:
-            if self._waiting + raw > QUEUE_BYTES:
-                return False
+            if self._waiting and self._waiting + raw > QUEUE_BYTES:
+                return False  # (a session bigger than that waits for an idle writer)
             self._waiting += raw
             asked = self._asked[name] = self._asked.get(name, 0) + 1
             if self._thread is None:
@@ -368,7 +372,8 @@ class DiskCache:
         try:
             with os.fdopen(fd, "wb", closefd=False) as out:
                 out.write(lead)
-                for _, data, packed in sorted(parts, key=lambda p: p[0]):
+                for _, part, packed in sorted(parts, key=lambda p: p[0]):
+                    data = part() if callable(part) else part
                     out.write(zlib.decompress(data) if packed else data)
             size = os.fstat(fd).st_size
         except BaseException:

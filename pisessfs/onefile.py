@@ -275,11 +275,14 @@ class Conversation:
                 gone = self._hold(index, data)
         self._pack(gone)
 
-    def parts(self) -> list[tuple[int, bytes, bool]] | None:
+    def parts(
+        self, again: Callable[[int], Callable[[], bytes]] | None = None
+    ) -> list[tuple[int, bytes | Callable[[], bytes], bool]] | None:
         """Every group's bytes from its offset, compressed (``True``) where held so, for the
-        shelf; None when a group is held in neither way (a big session's old groups)."""
+        shelf and the disk cache; a group held in neither way (a big session's old groups)
+        is what ``again(index)`` makes of it, or else there are no parts (None)."""
         with self._mu:
-            out: list[tuple[int, bytes, bool]] = []
+            out: list[tuple[int, bytes | Callable[[], bytes], bool]] = []
             last = len(self.groups) - 1
             for index, g in enumerate(self.groups):
                 if index == last and self._open:
@@ -288,6 +291,8 @@ class Conversation:
                     out.append((g.offset, self._made[index], False))
                 elif index in self._packed:
                     out.append((g.offset, self._packed[index], True))
+                elif again is not None:
+                    out.append((g.offset, again(index), False))
                 else:
                     return None
             return out

@@ -1090,22 +1090,29 @@ class View:
         if ident is None:
             return
         offered = [
-            shelf.offer(s.path, ident, kind, parts, size)
+            shelf.offer(s.path, ident, kind, parts, size)  # type: ignore[arg-type]  # (bytes alone)
             for kind, (parts, size) in self._whole_files(s).items()
         ]
         if len(offered) < 3 or not all(offered):
             said = (s.path, len(offered), offered.count(False))
             log.debug("%s: not all shelved (offered %d, refused %d)", *said)
 
-    @staticmethod
-    def _whole_files(s: Loaded) -> dict[str, tuple[list[disk.Part], int]]:
+    def _whole_files(self, s: Loaded, again: bool = False) -> dict[str, disk.File]:
         """The whole-session files of ``s`` as the kernel was told them, in parts (some
-        compressed), by kind (what is not made whole is not there: a big session's old
-        groups of conversation.md)."""
-        out: dict[str, tuple[list[disk.Part], int]] = {}
+        compressed), by kind (under its lock). A big session's old groups of conversation.md
+        that are held in no way are not there, or (``again``) are what making them again
+        from a copy of ``s`` gives, when whoever takes the parts asks (a thread)."""
+        out: dict[str, disk.File] = {}
         conv = s.memo.get("conversation")
         if conv is not None and conv.done == len(s.parser.entries):
-            parts = conv.parts()
+            copies: list[Loaded] = []
+
+            def made_again(index: int) -> Callable[[], bytes]:
+                if not copies:
+                    copies.append(s.frozen())  # (appends do not change it meanwhile)
+                return functools.partial(self._remade, copies[0], conv, index)
+
+            parts = conv.parts(made_again if again else None)
             if parts is not None:
                 out["conv"] = (parts, conv.size)
         for kind in RENDERED:  # tree.txt and session.json, when of the file as it is
@@ -1146,7 +1153,7 @@ class View:
             return False
         if Identity.of(st) != s.ident or st.st_ctime_ns != s.ctime_ns:
             return False  # it moved on: what s answered is not what it answers now
-        files = self._whole_files(s)
+        files = self._whole_files(s, again=True)
         return self.disk.save(s.path, _disk_ident(st), self._answers_out(s, held), files)
 
     def save_all(self) -> int:
@@ -1158,11 +1165,11 @@ class View:
             if s is None or sf is None or not sf.lock.acquire(timeout=1):
                 continue  # (a thread abandoned at unmount may hold it)
             try:
-                if not self.save(s) and self.disk is not None and self.disk.busy():
+                done = self.save(s)
+                if not done and self.disk is not None and self.disk.busy():
                     self.disk.settle()  # the writer was behind: wait for it, once
-                    saved += self.save(s)
-                else:
-                    saved += 1
+                    done = self.save(s)
+                saved += done
             except Exception:  # (a bug: the other sessions are still saved)
                 log.exception("%s: not saved to the disk cache", path)
             finally:

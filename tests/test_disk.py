@@ -364,15 +364,15 @@ def test_an_entry_saved_again_is_never_read_at_the_old_offsets(tmp_path: Path) -
     c.close()
 
 
-def _one_session(tmp_path: Path) -> tuple[Path, Path]:
-    """A sessions folder with one session of 30 messages."""
+def _one_session(tmp_path: Path, messages: int = 30) -> tuple[Path, Path]:
+    """A sessions folder with one session of ``messages`` messages."""
     root = tmp_path / "sessions"
     (root / "--p--").mkdir(parents=True)
     path = root / "--p--" / "2026-01-01T00-00-00-000Z_a.jsonl"
     rows: list[dict[str, Any]] = [
         {"type": "session", "version": 3, "id": "s", "timestamp": "2026-03-02T09:14:05.120Z"}
     ]
-    for n in range(30):
+    for n in range(messages):
         role = "user" if n % 2 == 0 else "assistant"
         rows.append(
             {
@@ -420,4 +420,35 @@ def test_a_drop_wins_over_a_save_still_queued(tmp_path: Path) -> None:
         c.drop(str(path))
         c.settle()
         assert not (tmp_path / "cache" / c.name(str(path))).exists()
+    c.close()
+
+
+def test_a_big_conversation_no_one_holds_whole_is_saved_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A big session's conversation.md is not held whole in memory (its old groups are
+    made again when read): its entry gets them made again by the writer, from a copy of
+    the session, and the next mount reads it all from there. (The budgets are made small
+    here: the real ones need a session of hundreds of MB.)"""
+    from pisessfs import onefile
+
+    monkeypatch.setattr(onefile, "HELD_BYTES", 64 << 10)
+    monkeypatch.setattr(onefile, "PACKED_BYTES", 0)
+    root, path = _one_session(tmp_path, messages=2000)
+    store, v, c = _view_on(root, tmp_path / "cache")
+    _, names = _listing(v, path)
+    s = store.session(str(path)).loaded
+    assert s is not None
+    real = v.conv_text(s)
+    assert len(real) > 256 << 10 and s.memo["conversation"].parts() is None  # (not whole)
+    store.session(str(path)).evict()
+    c.close()
+
+    store, v, c = _view_on(root, tmp_path / "cache")
+    _, names = _listing(v, path)
+    later = v.later(names["conversation.md"].ino)
+    assert later is not None and v.unshelve(later)  # from the entry, not parsed
+    assert later.read(0, later.size) == real
+    assert store.session(str(path)).loaded is None
+    later.close()
     c.close()
