@@ -264,6 +264,21 @@ class DiskCache:
             return None
         return fd, where[0]
 
+    def copy(self, stored: Stored, kind: str, size: int) -> bytes:
+        """File ``kind`` of an entry whole (the writer's: an entry saved again keeps what
+        the mount that saves it did not make again)."""
+        where = self.reader(stored, kind, size)
+        if where is None:
+            raise OSError(f"{stored.name} changed: its {kind} is not copied")
+        fd, base = where
+        try:
+            data = os.pread(fd, size, base)
+        finally:
+            os.close(fd)
+        if len(data) != size:
+            raise OSError(f"{stored.name}: its {kind} is cut short")
+        return data
+
     def drop(self, path: str) -> None:
         """Session ``path`` changed or went: its entry never answers again (nor does one
         queued for writing)."""

@@ -1153,7 +1153,14 @@ class View:
             return False
         if Identity.of(st) != s.ident or st.st_ctime_ns != s.ctime_ns:
             return False  # it moved on: what s answered is not what it answers now
+        self._keep_links(s)  # (what rg will ask, as a drop keeps it: at unmount too)
         files = self._whole_files(s, again=True)
+        old = held.stored  # the entry these answers came from: of this very file
+        if old is not None:
+            for kind, (_, size) in old.files.items():
+                if kind not in files:  # (not rendered in this mount: rg asked for links)
+                    copied = functools.partial(self.disk.copy, old, kind, size)
+                    files[kind] = ([(0, copied, False)], size)
         return self.disk.save(s.path, _disk_ident(st), self._answers_out(s, held), files)
 
     def save_all(self) -> int:

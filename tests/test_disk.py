@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import stat
 import subprocess
 from collections.abc import Callable, Iterator
@@ -23,7 +24,7 @@ from pisessfs import disk
 from pisessfs.sessions import Store
 from pisessfs.view import Key, NotFound, View
 
-from .conftest import Mount, mounted, named, wait_for
+from .conftest import Mount, mounted, named, need, wait_for
 
 PARSED = "whole ("  # sessions.py: "read <path> whole (<n> bytes)"
 FROM_DISK = "answers from the disk cache"
@@ -452,3 +453,34 @@ def test_a_big_conversation_no_one_holds_whole_is_saved_whole(
     assert store.session(str(path)).loaded is None
     later.close()
     c.close()
+
+
+def test_rg_on_a_later_mount_parses_nothing(corpus: Path, cache: Path) -> None:
+    """rg asks where every link leads (grep -r does not): what it asks is saved with the
+    rest at unmount, as a drop keeps it (else rg parsed every session a mount had saved)."""
+    need(shutil.which("rg") is not None, "ripgrep (rg) is not installed (apt install ripgrep)")
+    with mounted(corpus, "--disk-cache", str(cache)) as m:
+        grep(m.path, "needle")  # (no link read, none followed)
+    finished(m)
+    with mounted(corpus, "--disk-cache", str(cache), "--debug") as m:
+        found = subprocess.run(["rg", "-c", "needle", str(m.path)], capture_output=True)
+        assert found.returncode == 0
+    assert len(parsed(finished(m))) == len(forks(corpus))
+
+
+def test_an_entry_saved_again_keeps_what_that_mount_did_not_make(
+    corpus: Path, cache: Path, tmp_path: Path
+) -> None:
+    """A mount that answered a session from its entry, then parsed it for an entry folder
+    (no conversation.md made), saves it again with the entry's conversation.md: a mount
+    after it still reads it from there."""
+    walked(corpus, cache)
+    with mounted(corpus, "--disk-cache", str(cache), "--debug") as m:
+        leaves = named(m.path / "hostile" / H1) / "leaves"
+        leaf = next(p for p in leaves.iterdir() if not p.name.endswith(".md"))
+        assert os.listdir(leaf)  # (an entry folder: the session is parsed)
+    assert any("_h1" in line for line in parsed(finished(m)))
+    third, log = walked(corpus, cache)
+    assert len(parsed(log)) == len(forks(corpus))
+    fresh, _ = walked(corpus, tmp_path / "other", "--disk-cache", "off")
+    assert third == fresh
