@@ -206,8 +206,10 @@ class DiskCache:
             return None
         try:
             fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=self.fd)
-        except OSError:
-            self._forget(name)
+        except FileNotFoundError:
+            self._forget(name)  # (removed by another mount sharing the folder)
+            return None
+        except OSError:  # (out of descriptors: the session answers for itself this time)
             return None
         try:
             head = self._header(fd)
