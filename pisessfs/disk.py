@@ -174,19 +174,31 @@ class DiskCache:
     def on(self) -> bool:
         return self.fd >= 0
 
-    def close(self) -> None:
-        """Write what is waiting, then stop (at unmount)."""
+    def close(self, timeout: float | None = None) -> bool:
+        """Write what is waiting, then stop (at unmount); False when the writer was not
+        done after ``timeout`` seconds (it is left to the process's exit: what it had not
+        written is not there, and its half-written file is removed by a later mount)."""
         if self._thread is not None:
             self._todo.put(None)
-            self._thread.join()
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                return False  # (the folder stays open: the writer still uses it)
             self._thread = None
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        return True
 
-    def settle(self) -> None:
-        """Wait until everything offered is written or given up (tests, unmount)."""
-        self._todo.join()
+    def settle(self, timeout: float | None = None) -> bool:
+        """Wait until everything offered is written or given up (tests, unmount); False
+        when that took more than ``timeout`` seconds."""
+        if timeout is None:
+            self._todo.join()
+            return True
+        end = time.monotonic() + timeout
+        while self._todo.unfinished_tasks and time.monotonic() < end:
+            time.sleep(0.01)
+        return not self._todo.unfinished_tasks
 
     # -- entries ----------------------------------------------------------------------------
 

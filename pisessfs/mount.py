@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 SWITCH_INTERVAL = 0.0005  # seconds
 TRIM_AFTER = 2.0  # seconds between looks at whether work was done since the last trim
+SAVE_SECONDS = 45.0  # the disk cache's save at unmount, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,16 +189,21 @@ def _disk_cache(opts: MountOptions, store: Store) -> DiskCache | None:
 
 
 def _save(view: View, cache: DiskCache, clean: bool) -> None:
-    """At unmount: what this mount made of the sessions still parsed, for the next one."""
+    """At unmount: what this mount made of the sessions still parsed, for the next one,
+    for :data:`SAVE_SECONDS` at most (a service manager kills a daemon that takes long to
+    stop: systemd after 90 s)."""
     start = time.monotonic()
+    until = start + SAVE_SECONDS
     try:
         if clean:
-            view.save_all()
+            view.save_all(until)
     except Exception:  # the unmount itself is done: a cache not saved is only slower
         log.exception("disk cache: saving at unmount failed")
     finally:
-        cache.close()  # (what was queued is written)
-    log.info("disk cache: %d entries saved (%.1f s)", cache.saved, time.monotonic() - start)
+        done = cache.close(max(0.0, until - time.monotonic()))  # (what was queued is written)
+    said = "" if done else ", the rest given up"
+    took = time.monotonic() - start
+    log.info("disk cache: %d entries saved (%.1f s%s)", cache.saved, took, said)
 
 
 def _watchdog(opts: MountOptions) -> Guard | None:

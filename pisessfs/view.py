@@ -1163,10 +1163,13 @@ class View:
                     files[kind] = ([(0, copied, False)], size)
         return self.disk.save(s.path, _disk_ident(st), self._answers_out(s, held), files)
 
-    def save_all(self) -> int:
-        """Save every parsed session (at unmount); how many were offered."""
+    def save_all(self, until: float = math.inf) -> int:
+        """Save every parsed session (at unmount), until ``until`` (``time.monotonic``); how
+        many were offered."""
         saved = 0
         for path in self.store.loaded_paths():
+            if time.monotonic() > until:
+                break
             sf = self.store.known(path)
             s = sf.loaded if sf is not None else None
             if s is None or sf is None or not sf.lock.acquire(timeout=1):
@@ -1174,8 +1177,8 @@ class View:
             try:
                 done = self.save(s)
                 if not done and self.disk is not None and self.disk.busy():
-                    self.disk.settle()  # the writer was behind: wait for it, once
-                    done = self.save(s)
+                    # the writer was behind: wait for it, once
+                    done = self.disk.settle(until - time.monotonic()) and self.save(s)
                 saved += done
             except Exception:  # (a bug: the other sessions are still saved)
                 log.exception("%s: not saved to the disk cache", path)

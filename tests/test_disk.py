@@ -13,6 +13,8 @@ import os
 import shutil
 import stat
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -484,3 +486,24 @@ def test_an_entry_saved_again_keeps_what_that_mount_did_not_make(
     assert len(parsed(log)) == len(forks(corpus))
     fresh, _ = walked(corpus, tmp_path / "other", "--disk-cache", "off")
     assert third == fresh
+
+
+def test_the_save_at_unmount_gives_up_after_its_time(tmp_path: Path) -> None:
+    """A writer still busy (a big session's conversation.md made again) when the unmount's
+    time is up is left behind: the daemon exits before a service manager kills it."""
+    c = disk.DiskCache(str(tmp_path / "cache"), 1 << 30, "mark", str(tmp_path))
+    assert c.open()
+    gate = threading.Event()
+
+    def slow() -> bytes:
+        gate.wait(10)
+        return b"x"
+
+    assert c.save(str(tmp_path / "a.jsonl"), [1], {}, {"tree": ([(0, slow, False)], 1)})
+    start = time.monotonic()
+    assert not c.settle(0.1)
+    assert not c.close(0.2)
+    assert time.monotonic() - start < 5
+    gate.set()
+    assert c.settle(10) and c.close(10)
+    assert c.saved == 1
