@@ -611,6 +611,9 @@ def _status_json(e: status.Entry, now: float) -> dict[str, object]:
         "shelved": r.shelved if r else None,
         "shelved_bytes": r.shelved_bytes if r else None,
         "cache_bytes": r.cache_bytes if r else None,
+        "disk_cache": (r.disk_cache or None) if r else None,
+        "disk_entries": r.disk_entries if r else None,
+        "disk_bytes": r.disk_bytes if r else None,
         "rss": e.rss,
         "fresh": e.fresh,
         "updated": r.updated if r else None,
@@ -643,6 +646,10 @@ def _status_text(e: status.Entry, now: float) -> str:
             )
         )
         rows.append(("memory", f"{_mib(e.rss)} resident" if e.rss is not None else "unknown"))
+        disk = "off"
+        if r.disk_cache:
+            disk = f"{r.disk_cache}: {r.disk_entries} sessions in {_mib(r.disk_bytes)}"
+        rows.append(("on disk", disk))
     return "\n".join([head, *(f"  {k:<9} {v}" for k, v in rows)])
 
 

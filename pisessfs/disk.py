@@ -170,6 +170,11 @@ class DiskCache:
     def __len__(self) -> int:
         return len(self._sizes)
 
+    def total_bytes(self) -> int:
+        """What the entries take."""
+        with self._lock:
+            return sum(self._sizes.values())
+
     @property
     def on(self) -> bool:
         return self.fd >= 0

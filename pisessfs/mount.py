@@ -117,6 +117,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
             cache_bytes=opts.cache_mb << 20,
             parsed=lambda: _parsed(store),
             shelved=lambda: (len(store.shelf), store.shelf.bytes),
+            disk=lambda: _on_disk(cache),
         )
         state.write()
         if ready is not None:
@@ -186,6 +187,11 @@ def _disk_cache(opts: MountOptions, store: Store) -> DiskCache | None:
     threading.Thread(target=prune, name="disk-prune", daemon=True).start()
     log.info("disk cache in %s (%d entries)", opts.disk_cache, len(cache))
     return cache
+
+
+def _on_disk(cache: DiskCache | None) -> tuple[str, int, int]:
+    """The disk cache's folder, entries and bytes (for ``status``)."""
+    return ("", 0, 0) if cache is None else (cache.folder, len(cache), cache.total_bytes())
 
 
 def _save(view: View, cache: DiskCache, clean: bool) -> None:

@@ -137,6 +137,9 @@ class Record:
     cache_bytes: int  # the cap of that
     shelved: int = 0  # dropped sessions whose files are kept compressed (``shelf``)
     shelved_bytes: int = 0  # ... what they take (counted against the cap too)
+    disk_cache: str = ""  # the disk cache's folder ("": none)
+    disk_entries: int = 0  # sessions it holds
+    disk_bytes: int = 0  # ... what they take
     version: str = __version__
     format: int = FORMAT
 
@@ -170,11 +173,12 @@ class Writer:
         cache_bytes: int,
         parsed: Callable[[], tuple[int, int]],
         shelved: Callable[[], tuple[int, int]] = lambda: (0, 0),
+        disk: Callable[[], tuple[str, int, int]] = lambda: ("", 0, 0),
     ) -> None:
         here = mountpoint.top(mnt)
         pid = os.getpid()
         now = time.time()
-        self.parsed, self.shelved = parsed, shelved
+        self.parsed, self.shelved, self.disk = parsed, shelved, disk
         self.record = Record(
             pid=pid,
             start_ticks=start_ticks(pid) or 0,
@@ -200,6 +204,7 @@ class Writer:
         try:
             rec.parsed, rec.parsed_bytes = self.parsed()
             rec.shelved, rec.shelved_bytes = self.shelved()
+            rec.disk_cache, rec.disk_entries, rec.disk_bytes = self.disk()
         except Exception:  # the numbers are a courtesy: the file is still written
             log.debug("counting parsed sessions failed", exc_info=True)
         rec.updated = time.time()

@@ -106,6 +106,15 @@ def _no_unexpected_warnings(
     assert not bad, "unexpected warnings: " + "; ".join(r.getMessage() for r in bad)
 
 
+@pytest.fixture(autouse=True)
+def _own_cache_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every mount a test starts keeps its disk cache (on by default) in a folder of the
+    test's, never in the real ``~/.cache/pisessfs``."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+
+
 # -- session files -----------------------------------------------------------------------------
 
 

@@ -115,6 +115,8 @@ def test_status_lists_two_mounts_with_their_fields(
         assert ea["parsed"] >= 1 and ea["parsed_bytes"] > 0 and eb["parsed"] == 0
         assert ea["shelved"] == eb["shelved"] == 0 and ea["shelved_bytes"] == 0  # none dropped
         assert ea["fresh"] and eb["fresh"]  # both answered the request for fresh numbers
+        assert ea["disk_cache"] == eb["disk_cache"] == f"{os.environ['XDG_CACHE_HOME']}/pisessfs"
+        assert ea["disk_entries"] == 0 and ea["disk_bytes"] == 0  # (saved at unmount)
         for e in (ea, eb):
             assert 0 <= e["uptime"] <= time.time() - started + 1
             assert e["rss"] > 4 << 20 and e["cache_bytes"] == 1024 << 20
@@ -129,6 +131,8 @@ def test_status_lists_two_mounts_with_their_fields(
             assert lines[4].startswith(f"  parsed    {e['parsed']} session")
             assert f"; {e['shelved']} shelved in " in lines[4]
             assert lines[5].startswith("  memory    ") and lines[5].endswith(" MiB resident")
+            cache = os.path.join(os.environ["XDG_CACHE_HOME"], "pisessfs")
+            assert lines[6] == f"  on disk   {cache}: 0 sessions in 0.0 MiB", block
         assert len(status_files(env)) == 2
     got = status_json(env)
     assert str(a) not in got and str(b) not in got
