@@ -109,6 +109,19 @@ class Stored:
     was: tuple[int, int, int, int] = (0, 0, 0, 0)
 
 
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """An entry to write: its first bytes, its parts, and whom to tell where it is."""
+
+    path: str
+    asked: int  # the entry's request number (a later save or drop makes it void)
+    lead: bytes
+    parts: list[Part]
+    raw: int  # what it holds, as counted against QUEUE_BYTES
+    files: dict[str, tuple[int, int]]
+    saved: Callable[[Stored], None] | None
+
+
 def _which(fd: int) -> tuple[int, int, int, int]:
     st = os.fstat(fd)
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
@@ -124,7 +137,7 @@ class DiskCache:
         self.fd = -1
         self._sizes: dict[str, int] = {}  # entry name -> its bytes (the entries there are)
         self._lock = threading.Lock()
-        self._todo: queue.Queue[tuple[str, int, bytes, list[Part], int] | None] = queue.Queue()
+        self._todo: queue.Queue[_Job | None] = queue.Queue()
         # Saves and drops per entry name: a queued write is made only if it is still the
         # last thing asked of its entry (a session trashed after it was saved stays gone).
         self._asked: dict[str, int] = {}
@@ -327,10 +340,12 @@ class DiskCache:
         ident: list[int],
         answers: dict[str, Any],
         files: dict[str, File],
+        saved: Callable[[Stored], None] | None = None,
     ) -> bool:
         """Write the entry of ``path`` (in the writer thread): the ``answers`` (JSON, made
-        with :func:`text_out`) and each file's ``(parts, size)``. False when there is no
-        room for it now (the writer is behind) or no cache."""
+        with :func:`text_out`) and each file's ``(parts, size)``; ``saved`` is told where
+        it is, once it is there (from the writer's thread). False when there is no room for
+        it now (the writer is behind) or no cache."""
         if not self.on:
             return False
         name = self.name(path)
@@ -342,7 +357,7 @@ class DiskCache:
             layout[kind] = [at, size]
             parts_out += [(at + off, data, packed) for off, data, packed in parts]
             at += size
-        head = {
+        head: dict[str, Any] = {
             "mark": self.mark,
             "scope": text_out(self.scope),
             "path": text_out(path),
@@ -350,7 +365,7 @@ class DiskCache:
             "answers": answers,
         }
         try:
-            lead = self._framed(head, layout, at)
+            lead, where = self._framed(head, layout, at)
         except (TypeError, ValueError) as err:  # (a number past 64 bits: a hostile time)
             log.debug("disk cache: %s not saved: %s", path, err)
             return False
@@ -362,7 +377,7 @@ class DiskCache:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._write_all, name="disk", daemon=True)
                 self._thread.start()
-        self._todo.put((path, asked, lead, parts_out, raw))
+        self._todo.put(_Job(path, asked, lead, parts_out, raw, where, saved))
         return True
 
     def busy(self) -> bool:
@@ -370,15 +385,19 @@ class DiskCache:
         return self._waiting > 0
 
     @staticmethod
-    def _framed(head: dict[str, Any], layout: dict[str, list[int]], body: int) -> bytes:
-        """The entry's first bytes: its header, with every offset made absolute."""
+    def _framed(
+        head: dict[str, Any], layout: dict[str, list[int]], body: int
+    ) -> tuple[bytes, dict[str, tuple[int, int]]]:
+        """The entry's first bytes: its header, with every offset made absolute; and where
+        each file is."""
         base = 0
         for _ in range(8):  # the header's size is in its offsets: until it stays put
             head["files"] = {k: [base + off, size] for k, (off, size) in layout.items()}
             head["total"] = base + body
             raw = orjson.dumps(head)
             if len(MAGIC) + _LEN.size + len(raw) == base:
-                return MAGIC + _LEN.pack(len(raw)) + raw
+                where = {k: (base + off, size) for k, (off, size) in layout.items()}
+                return MAGIC + _LEN.pack(len(raw)) + raw, where
             base = len(MAGIC) + _LEN.size + len(raw)
         raise ValueError("the header's size did not settle")
 
@@ -388,17 +407,26 @@ class DiskCache:
             if item is None:
                 self._todo.task_done()
                 return
-            path, asked, lead, parts, raw = item
             try:
-                self._write(path, asked, lead, parts)
+                stored = self._write(item.path, item.asked, item.lead, item.parts, item.files)
+                if stored is not None and item.saved is not None:
+                    item.saved(stored)
             except Exception as err:  # a full disk, a bug: this entry is not written
-                log.warning("disk cache: %s not saved: %s", path, err)
+                log.warning("disk cache: %s not saved: %s", item.path, err)
             finally:
                 with self._lock:
-                    self._waiting -= raw
+                    self._waiting -= item.raw
                 self._todo.task_done()
 
-    def _write(self, path: str, asked: int, lead: bytes, parts: Iterable[Part]) -> None:
+    def _write(
+        self,
+        path: str,
+        asked: int,
+        lead: bytes,
+        parts: Iterable[Part],
+        files: dict[str, tuple[int, int]],
+    ) -> Stored | None:
+        """Write an entry, unless it was dropped or saved again since it was asked for."""
         name = self.name(path)
         tmp = f"{name}.{os.getpid()}{_TMP}"  # (two mounts of one folder may share the cache)
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -409,7 +437,8 @@ class DiskCache:
                 for _, part, packed in sorted(parts, key=lambda p: p[0]):
                     data = part() if callable(part) else part
                     out.write(zlib.decompress(data) if packed else data)
-            size = os.fstat(fd).st_size
+            was = _which(fd)
+            size = was[2]
         except BaseException:
             os.close(fd)
             self._unlink(tmp)
@@ -418,12 +447,13 @@ class DiskCache:
         with self._lock:  # (a drop takes the lock too: it comes before, or after, all this)
             if self._asked.get(name) != asked:
                 self._unlink(tmp)  # dropped, or saved again, since it was asked for
-                return
+                return None
             os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
             self._sizes[name] = size
         self.saved += 1
         self._trim(size)
         log.debug("disk cache: %s saved (%d bytes)", path, size)
+        return Stored(name, {}, files, was)
 
     def _trim(self, keep: int) -> None:
         """Remove the oldest entries until all fit under the cap."""

@@ -1161,7 +1161,15 @@ class View:
                 if kind not in files:  # (not rendered in this mount: rg asked for links)
                     copied = functools.partial(self.disk.copy, old, kind, size)
                     files[kind] = ([(0, copied, False)], size)
-        return self.disk.save(s.path, _disk_ident(st), self._answers_out(s, held), files)
+        saved = functools.partial(self._saved, s.path, s.ident, held)
+        answers = self._answers_out(s, held)
+        return self.disk.save(s.path, _disk_ident(st), answers, files, saved)
+
+    def _saved(self, path: str, ident: Identity, held: Answers, stored: disk.Stored) -> None:
+        """The writer saved the entry of ``held``: a read the kernel's page cache cannot
+        answer (the shelf's budget let the files go) is read from there, not parsed."""
+        if self._kept.peek(path, ident) is held:
+            held.stored = stored
 
     def save_all(self, until: float = math.inf) -> int:
         """Save every parsed session (at unmount), until ``until`` (``time.monotonic``); how

@@ -125,7 +125,7 @@ def reframed(entry: Path, change: Callable[[dict[str, Any]], None]) -> None:
     body = data[start + size :]
     change(head)
     layout = {k: [off - start - size, n] for k, (off, n) in head.pop("files").items()}
-    entry.write_bytes(disk.DiskCache._framed(head, layout, len(body)) + body)
+    entry.write_bytes(disk.DiskCache._framed(head, layout, len(body))[0] + body)
 
 
 @pytest.fixture
@@ -507,3 +507,24 @@ def test_the_save_at_unmount_gives_up_after_its_time(tmp_path: Path) -> None:
     gate.set()
     assert c.settle(10) and c.close(10)
     assert c.saved == 1
+
+
+def test_a_session_dropped_in_this_mount_is_read_from_its_new_entry(tmp_path: Path) -> None:
+    """A session the parse cache dropped, whose files the shelf let go too: a read the
+    kernel's page cache cannot answer (this VM's reclaim drops pages within seconds) is
+    read from the entry the drop saved, not parsed again."""
+    root, path = _one_session(tmp_path)
+    store, v, c = _view_on(root, tmp_path / "cache")
+    _, names = _listing(v, path)
+    real = {n: v.content(names[n].ino) for n in ("tree.txt", "conversation.md")}
+    store.session(str(path)).evict()
+    assert store.session(str(path)).loaded is None
+    c.settle()
+    store.shelf.drop(str(path))
+    for name, data in real.items():
+        later = v.later(names[name].ino)
+        assert later is not None and v.unshelve(later), name
+        assert later.read(0, later.size) == data
+        later.close()
+    assert store.session(str(path)).loaded is None  # (not parsed)
+    c.close()
