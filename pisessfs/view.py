@@ -988,7 +988,8 @@ class View:
         if not KINDS[key.kind].kept:
             return None
         sf = self.store.known(key.path)
-        if sf is None and self.disk is not None and self.disk.has(key.path):
+        on_disk = self.disk is not None and self.disk.has(key.path)
+        if sf is None and on_disk:
             sf = self.store.session(key.path)  # (a fresh mount: the disk cache may answer)
         if sf is None or sf.recheck:
             return None
@@ -998,7 +999,7 @@ class View:
             return None  # the session answers that itself
         ident = Identity.of(st)
         held = self._kept.get(key.path, ident)
-        if held is None and self.disk is not None and self.disk.has(key.path):
+        if held is None and on_disk:
             held = self._from_disk(sf, st)
         if held is not None and held.fork is not None and not fork_holds(self, key.path, held.fork):
             self._kept.drop(key.path)  # its parent came or went: the fork answers again
@@ -1153,7 +1154,6 @@ class View:
             return False
         if Identity.of(st) != s.ident or st.st_ctime_ns != s.ctime_ns:
             return False  # it moved on: what s answered is not what it answers now
-        self._keep_links(s)  # (what rg will ask, as a drop keeps it: at unmount too)
         files = self._whole_files(s, again=True)
         old = held.stored  # the entry these answers came from: of this very file
         if old is not None:
@@ -1183,6 +1183,7 @@ class View:
             if s is None or sf is None or not sf.lock.acquire(timeout=1):
                 continue  # (a thread abandoned at unmount may hold it)
             try:
+                self._keep_links(s)  # (what rg will ask, as a drop keeps it)
                 done = self.save(s)
                 if not done and self.disk is not None and self.disk.busy():
                     # the writer was behind: wait for it, once
