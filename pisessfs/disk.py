@@ -177,7 +177,7 @@ class DiskCache:
             elif name.endswith(SUFFIX):
                 with contextlib.suppress(OSError):
                     self._sizes[name] = os.stat(name, dir_fd=fd, follow_symlinks=False).st_size
-        self._trim(0)
+        self._trim()
         return True
 
     def __len__(self) -> int:
@@ -235,7 +235,7 @@ class DiskCache:
         if not self.on or name not in self._sizes:
             return None
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=self.fd)
+            fd = self._open(name)
         except FileNotFoundError:
             self._forget(name)  # (removed by another mount sharing the folder)
             return None
@@ -288,7 +288,7 @@ class DiskCache:
         if where is None or where[1] != size or not self.on:
             return None
         try:
-            fd = os.open(stored.name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=self.fd)
+            fd = self._open(stored.name)
         except OSError:
             return None
         if _which(fd) != stored.was:  # saved again meanwhile: other offsets, or gone
@@ -321,8 +321,15 @@ class DiskCache:
             self._asked[name] = self._asked.get(name, 0) + 1
             there = name in self._sizes
         if there:
-            self._unlink(name)
-            self._forget(name)
+            self._remove(name)
+
+    def _open(self, name: str) -> int:
+        """A descriptor of entry ``name``, read-only, not through a link."""
+        return os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=self.fd)
+
+    def _remove(self, name: str) -> None:
+        self._unlink(name)
+        self._forget(name)
 
     def _forget(self, name: str) -> None:
         with self._lock:
@@ -451,11 +458,11 @@ class DiskCache:
             os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
             self._sizes[name] = size
         self.saved += 1
-        self._trim(size)
+        self._trim()
         log.debug("disk cache: %s saved (%d bytes)", path, size)
         return Stored(name, {}, files, was)
 
-    def _trim(self, keep: int) -> None:
+    def _trim(self) -> None:
         """Remove the oldest entries until all fit under the cap."""
         with self._lock:
             total = sum(self._sizes.values())
@@ -471,12 +478,11 @@ class DiskCache:
             if total <= self.cap:
                 break
             total -= self._sizes.get(name, 0)
-            self._unlink(name)
-            self._forget(name)
+            self._remove(name)
 
     # -- pruning ----------------------------------------------------------------------------
 
-    def prune(self, gone: Any) -> int:
+    def prune(self, gone: Callable[[str], bool]) -> int:
         """Remove the entries of this root's sessions for which ``gone(path)`` says the file
         is no more or that other code made, and those that cannot be read (blocking: a
         thread at mount start); how many went. Other roots' entries are their mounts' (one
@@ -484,7 +490,7 @@ class DiskCache:
         removed = 0
         for name in list(self._sizes):
             try:
-                fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=self.fd)
+                fd = self._open(name)
             except OSError:
                 continue
             try:
@@ -495,7 +501,6 @@ class DiskCache:
             finally:
                 os.close(fd)
             if not head or (scope == self.scope and (head.get("mark") != self.mark or gone(path))):
-                self._unlink(name)
-                self._forget(name)
+                self._remove(name)
                 removed += 1
         return removed

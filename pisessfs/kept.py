@@ -109,18 +109,20 @@ class Kept:
                 if a.fork is not None and fork is not None:
                     a.fork.checked = max(a.fork.checked, fork.checked)
             else:
-                a = self._by_path[path] = Answers(ident, fork=fork)
-                while len(self._by_path) > self.limit:
-                    self._by_path.popitem(last=False)
+                a = self._add(path, Answers(ident, fork=fork))
             return a
 
     def put(self, path: str, answers: Answers) -> Answers:
         """Keep ``answers`` for ``path`` (read back from the disk cache)."""
         with self._lock:
-            self._by_path[path] = answers
-            while len(self._by_path) > self.limit:
-                self._by_path.popitem(last=False)
-            return answers
+            return self._add(path, answers)
+
+    def _add(self, path: str, answers: Answers) -> Answers:
+        """(Under the lock.) Keep ``answers``, the least recently used out past the limit."""
+        self._by_path[path] = answers
+        while len(self._by_path) > self.limit:
+            self._by_path.popitem(last=False)
+        return answers
 
     def drop(self, path: str) -> None:
         with self._lock:

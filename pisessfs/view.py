@@ -1217,8 +1217,9 @@ class View:
         listings = []
         for folder, names in held.listings.items():
             rows = [[out(n), attr(a)] for n, a in names.items()]
-            if at(folder) is not None and all(r[1] is not None for r in rows):
-                listings.append([at(folder), rows])
+            where = at(folder)
+            if where is not None and all(r[1] is not None for r in rows):
+                listings.append([where, rows])
         links = [[at(i), target.decode("latin-1")] for i, target in held.links.items()]
         found = [[at(f), out(n), attr(a)] for (f, n), a in held.found.items()]
         return {
