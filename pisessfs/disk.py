@@ -27,6 +27,7 @@ Writing runs in a thread of its own, never on the caller's.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -53,9 +54,11 @@ HEADER_MAX = 16 << 20
 #: Uncompressed bytes waiting for the writer at most (more offered meanwhile: not saved).
 QUEUE_BYTES = 64 << 20
 SUFFIX = ".psc"
+NAMES = ".names"  # a root's session names (one file per sessions root)
 _TMP = ".tmp"
 STALE_TMP_NS = 3600 * 10**9  # a half-written entry this old is no running mount's
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
 
 #: One part of a file offered: its offset, its bytes (or what makes them, in the writer's
 #: thread: a big session's groups of conversation.md that no one holds), and whether they
@@ -72,9 +75,9 @@ def text_out(s: str) -> str:
 
 
 def text_in(s: object) -> str:
-    if not isinstance(s, str):
+    if type(s) is not str:
         raise ValueError("not a string")
-    return s.encode("latin-1").decode("utf-8", "surrogatepass")
+    return s if s.isascii() else s.encode("latin-1").decode("utf-8", "surrogatepass")
 
 
 def default_folder() -> str:
@@ -122,6 +125,19 @@ class _Job:
     saved: Callable[[Stored], None] | None
 
 
+class _Heads:
+    """The writer's job of writing the session names again."""
+
+
+_HEADS = _Heads()
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _entry_name(path: str) -> str:
+    """The file name of ``path``'s entry (asked at every request a kept answer serves)."""
+    return hashlib.blake2b(os.fsencode(path), digest_size=16).hexdigest() + SUFFIX
+
+
 def _which(fd: int) -> tuple[int, int, int, int]:
     st = os.fstat(fd)
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
@@ -137,13 +153,17 @@ class DiskCache:
         self.fd = -1
         self._sizes: dict[str, int] = {}  # entry name -> its bytes (the entries there are)
         self._lock = threading.Lock()
-        self._todo: queue.Queue[_Job | None] = queue.Queue()
+        self._todo: queue.Queue[_Job | _Heads | None] = queue.Queue()
         # Saves and drops per entry name: a queued write is made only if it is still the
         # last thing asked of its entry (a session trashed after it was saved stays gone).
         self._asked: dict[str, int] = {}
         self._waiting = 0
         self._thread: threading.Thread | None = None
         self.saved = 0  # entries written by this mount (status, tests)
+        # What the head of each session file said (its folder's name), for the file as the
+        # identity there says it was: path -> [identity, name, session id, cwd, hidden].
+        self.heads: dict[str, list[Any]] = {}
+        self._heads_queued = False
         self.used = 0  # entries that answered for a session
 
     # -- the folder -------------------------------------------------------------------------
@@ -178,6 +198,7 @@ class DiskCache:
                 with contextlib.suppress(OSError):
                     self._sizes[name] = os.stat(name, dir_fd=fd, follow_symlinks=False).st_size
         self._trim()
+        self._load_heads()
         return True
 
     def __len__(self) -> int:
@@ -221,8 +242,7 @@ class DiskCache:
     # -- entries ----------------------------------------------------------------------------
 
     def name(self, path: str) -> str:
-        digest = hashlib.blake2b(os.fsencode(path), digest_size=16).hexdigest()
-        return digest + SUFFIX
+        return _entry_name(path)
 
     def has(self, path: str) -> bool:
         """Whether there is an entry for ``path`` (a set lookup: no I/O)."""
@@ -339,6 +359,76 @@ class DiskCache:
         with contextlib.suppress(OSError):
             os.unlink(name, dir_fd=self.fd)
 
+    # -- session names ----------------------------------------------------------------------
+
+    def _names_file(self) -> str:
+        return _entry_name(self.scope)[: -len(SUFFIX)] + NAMES
+
+    def _load_heads(self) -> None:
+        """Read the session names the last mount of this root kept (none when there are
+        none, or they are another code's or unreadable)."""
+        try:
+            fd = self._open(self._names_file())
+        except OSError:
+            return
+        try:
+            head = self._header(fd)
+            heads = head.get("heads")
+            if head.get("mark") != self.mark or head.get("scope") != text_out(self.scope):
+                return
+            if isinstance(heads, dict):
+                self.heads = {text_in(path): row for path, row in heads.items()}
+        except (OSError, ValueError, UnicodeError) as err:
+            log.warning("disk cache: the session names are unreadable (%s): not used", err)
+        finally:
+            os.close(fd)
+
+    def kept_heads(self) -> dict[str, list[Any]]:
+        with self._lock:
+            return dict(self.heads)
+
+    def keep_heads(self, heads: dict[str, list[Any]]) -> None:
+        """Keep ``heads`` as the root's session names (at unmount: written at once)."""
+        with self._lock:
+            self.heads = dict(heads)
+        if self.on:
+            self._write_heads()
+
+    def forget_head(self, path: str) -> None:
+        """Session ``path`` is gone, or its bits changed: its name (a slug of its first
+        message) is not kept; the names are written again in the writer's thread."""
+        with self._lock:
+            if self.heads.pop(path, None) is None or not self.on or self._heads_queued:
+                return
+            self._heads_queued = True
+            self._start()
+        self._todo.put(_HEADS)
+
+    def _write_heads(self) -> None:
+        with self._lock:
+            self._heads_queued = False
+            heads = {text_out(path): row for path, row in self.heads.items()}
+        head = {"mark": self.mark, "scope": text_out(self.scope), "heads": heads}
+        try:
+            lead, _ = self._framed(head, {}, 0)
+        except (TypeError, ValueError) as err:
+            log.warning("disk cache: the session names were not saved: %s", err)
+            return
+        if len(lead) > HEADER_MAX:
+            log.info("disk cache: too many session names to keep (%d)", len(heads))
+            self._unlink(self._names_file())
+            return
+        name = self._names_file()
+        tmp = f"{name}.{os.getpid()}{_TMP}"
+        try:
+            fd = os.open(tmp, _NEW_FLAGS, 0o600, dir_fd=self.fd)
+            with os.fdopen(fd, "wb") as out:
+                out.write(lead)
+            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except OSError as err:
+            log.warning("disk cache: the session names were not saved: %s", err)
+            self._unlink(tmp)
+
     # -- writing ----------------------------------------------------------------------------
 
     def save(
@@ -381,11 +471,15 @@ class DiskCache:
                 return False  # (a session bigger than that waits for an idle writer)
             self._waiting += raw
             asked = self._asked[name] = self._asked.get(name, 0) + 1
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._write_all, name="disk", daemon=True)
-                self._thread.start()
+            self._start()
         self._todo.put(_Job(path, asked, lead, parts_out, raw, where, saved))
         return True
+
+    def _start(self) -> None:
+        """(Under the lock.) The writer thread, if it is not running yet."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._write_all, name="disk", daemon=True)
+            self._thread.start()
 
     def busy(self) -> bool:
         """Whether the writer has entries still to write (read without the lock)."""
@@ -414,6 +508,10 @@ class DiskCache:
             if item is None:
                 self._todo.task_done()
                 return
+            if isinstance(item, _Heads):
+                self._write_heads()
+                self._todo.task_done()
+                continue
             try:
                 stored = self._write(item.path, item.asked, item.lead, item.parts, item.files)
                 if stored is not None and item.saved is not None:
@@ -436,8 +534,7 @@ class DiskCache:
         """Write an entry, unless it was dropped or saved again since it was asked for."""
         name = self.name(path)
         tmp = f"{name}.{os.getpid()}{_TMP}"  # (two mounts of one folder may share the cache)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
-        fd = os.open(tmp, flags, 0o600, dir_fd=self.fd)
+        fd = os.open(tmp, _NEW_FLAGS, 0o600, dir_fd=self.fd)
         try:
             with os.fdopen(fd, "wb", closefd=False) as out:
                 out.write(lead)

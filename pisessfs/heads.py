@@ -23,6 +23,7 @@ from .names import id_name
 
 HEAD_BYTES = 256 << 10  # a first user message further in than this: no slug
 _CHUNK = 64 << 10
+_FIRST = 8 << 10  # (most heads end within it: splitting 64 KiB was a third of a head)
 SLUG_CHARS = 40
 
 
@@ -44,7 +45,7 @@ def read_head(fd: int, stem: str, slug: bool = True) -> Head:
     text: str | None = None
     offset, rest = 0, b""
     while offset < HEAD_BYTES and text is None:
-        chunk = os.pread(fd, _CHUNK, offset)
+        chunk = os.pread(fd, _CHUNK if offset else _FIRST, offset)
         if not chunk:
             break
         offset += len(chunk)

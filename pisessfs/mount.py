@@ -201,6 +201,7 @@ def _save(view: View, cache: DiskCache, clean: bool) -> None:
     start = time.monotonic()
     until = start + SAVE_SECONDS
     try:
+        cache.keep_heads(view.store.heads_to_keep())  # (the names: a few ms)
         if clean:
             view.save_all(until)
     except Exception:  # the unmount itself is done: a cache not saved is only slower

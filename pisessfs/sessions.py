@@ -735,6 +735,7 @@ class Store:
         self._total = 0
         self._listings: dict[str, tuple[int, list[Listing], dict[str, Listing]]] = {}
         self._heads: dict[str, Head] = {}  # session file -> its head: names fixed while mounted
+        self._head_idents: dict[str, list[int]] = {}  # ... and the file it was read from
         self._shown: dict[str, str] = {}  # path -> the name it was listed with
         self._chmods = 0  # mode changes the watcher told of, ever
         self.lru_lock = threading.Lock()
@@ -819,18 +820,60 @@ class Store:
         return head
 
     def _read_head(self, path: str) -> Head:
+        kept = self._kept_head(path)
+        if kept is not None:
+            return kept
         stem = _stem(path)
         try:
             fd = self.files.open(path)
         except Unreadable:
             return Head(stem, None, None, False)  # unreadable: asked again next time
         try:
-            hidden = self._private(path, os.fstat(fd).st_mode)
-            return read_head(fd, stem, slug=not hidden)
+            st = os.fstat(fd)  # (before the read: the head is of the file as this says)
+            hidden = self._private(path, st.st_mode)
+            head = read_head(fd, stem, slug=not hidden)
+            self._head_idents[path] = file_ident(st)
+            log.debug("%s: head read", path)
+            return head
         except (OSError, Unreadable):
             return Head(stem, None, None, False)
         finally:
             os.close(fd)
+
+    def _kept_head(self, path: str) -> Head | None:
+        """The head the disk cache kept for ``path``, when the file is the very file it was
+        read from and its name may show what it showed (a year of sessions is named
+        without opening one of them: at a later mount, the first walk read every head)."""
+        row = self.disk.heads.get(path) if self.disk is not None else None
+        if row is None:
+            return None
+        try:
+            st = self.files.lstat(path)
+            ident, name, sid, cwd, hidden = row
+            if ident != file_ident(st) or hidden is not self._private(path, st.st_mode):
+                return None
+            head = Head(_text(name), _text(sid, None), _text(cwd, None), hidden)
+        except (Unreadable, ValueError, TypeError):
+            return None
+        self._head_idents[path] = ident
+        return head
+
+    def heads_to_keep(self) -> dict[str, list[Any]]:
+        """The heads to keep for the next mount (``DiskCache.keep_heads``): this mount's,
+        and those it was given that it did not need, of files that are still the files
+        they were read from (a file gone takes its name with it; one that grew is read
+        again anyway)."""
+        rows = self.disk.kept_heads() if self.disk is not None else {}
+        for path, head in list(self._heads.items()):
+            ident = self._head_idents.get(path)
+            if ident is not None:
+                rows[path] = [ident, head.name, head.session_id, head.cwd, head.hidden]
+        out = {}
+        for path, row in rows.items():
+            with contextlib.suppress(Unreadable, ValueError, TypeError, IndexError):
+                if row[0] == file_ident(self.files.lstat(path)):
+                    out[path] = row
+        return out
 
     def _still_right(self, path: str, head: Head) -> bool:
         """Whether ``head`` shows what the file's mode allows now."""
@@ -863,6 +906,8 @@ class Store:
         self._chmods += 1  # (before the look: see head)
         if self.disk is not None:
             self.disk.drop(path)  # (its entry was made under the old bits: never used again)
+            self.disk.forget_head(path)
+        self._head_idents.pop(path, None)
         head = self._heads.get(path)
         if head is None:
             return None
@@ -939,6 +984,8 @@ class Store:
         self.shelf.drop(path)
         if self.disk is not None:
             self.disk.drop(path)  # (a session gone leaves none of its text behind)
+            self.disk.forget_head(path)  # (nor its name)
+        self._head_idents.pop(path, None)  # (nor at unmount)
         if sf is not None:
             with self.lru_lock:
                 sf.forget()
@@ -1038,6 +1085,20 @@ class Store:
         for path in gone:
             del self._lru[path]
         return len(gone)
+
+
+def file_ident(st: os.stat_result) -> list[int]:
+    """What the disk cache ties what it keeps of a file to: its identity and its ctime (a
+    file put back with an old mtime is another file; nothing sets a ctime back)."""
+    i = Identity.of(st)
+    return [i.dev, i.ino, i.size, i.mtime_ns, st.st_ctime_ns, i.mode, i.uid, i.gid]
+
+
+def _text(value: object, default: object = "") -> Any:
+    """``value`` if it is a string (or ``default`` is None and it is None)."""
+    if isinstance(value, str) or (value is None and default is None):
+        return value
+    raise ValueError("not a string")
 
 
 def _stem(path: str) -> str:

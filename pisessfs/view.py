@@ -39,7 +39,6 @@ import time
 import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from . import disk, onefile, render, summary, writer
@@ -74,6 +73,7 @@ from .sessions import (
     Store,
     Unreadable,
     Work,
+    file_ident,
     no_gc,
 )
 
@@ -133,9 +133,10 @@ class Key(NamedTuple):
 NO_KEY = Key("none")
 
 
-@dataclass(frozen=True, slots=True)
-class Attr:
-    """What ``stat`` shows; ``immutable`` nodes may be cached by the kernel for long."""
+class Attr(NamedTuple):
+    """What ``stat`` shows; ``immutable`` nodes may be cached by the kernel for long.
+    (A named tuple: a cold walk makes one per name it meets, four times as fast as a frozen
+    dataclass.)"""
 
     ino: int
     mode: int
@@ -1163,7 +1164,7 @@ class View:
                     files[kind] = ([(0, copied, False)], size)
         saved = functools.partial(self._saved, s.path, s.ident, held)
         answers = self._answers_out(s, held)
-        return self.disk.save(s.path, _disk_ident(st), answers, files, saved)
+        return self.disk.save(s.path, file_ident(st), answers, files, saved)
 
     def _saved(self, path: str, ident: Identity, held: Answers, stored: disk.Stored) -> None:
         """The writer saved the entry of ``held``: a read the kernel's page cache cannot
@@ -1197,18 +1198,26 @@ class View:
 
     def _answers_out(self, s: Loaded, held: Answers) -> dict[str, Any]:
         """``held`` as JSON: keys instead of inode numbers (another mount numbers them
-        anew), an entry's epoch as "the session's"."""
+        anew), an entry's epoch as "the session's", and each stat once, in a table the
+        rest name by its row (reading them back is much of a cold walk of the cache: a
+        listing's rows repeat what ``getattr`` answered)."""
 
         def key(k: Key | None) -> list[Any] | None:
             if k is None or k.path != s.path or k.kind not in KINDS:
                 return None
             return [k.kind, disk.text_out(k.eid), k.k, bool(k.eid) and k.epoch == s.epoch]
 
-        def attr(a: Attr) -> list[Any] | None:
-            k = key(a.key)
-            if k is None:
-                return None
-            return [k, a.mode, a.size, a.mtime_ns, a.nlink, a.immutable, a.scratch, a.uid, a.gid]
+        table: list[list[Any]] = []
+        rows: dict[Attr, int | None] = {}
+
+        def row(a: Attr) -> int | None:
+            if a not in rows:
+                k = key(a.key)
+                rows[a] = None if k is None else len(table)
+                if k is not None:
+                    table.append([k, a.mode, a.size, a.mtime_ns, a.nlink, a.immutable,
+                                  a.scratch, a.uid, a.gid])  # fmt: skip
+            return rows[a]
 
         def at(ino: int) -> list[Any] | None:
             return key(self._keys.get(ino))
@@ -1216,25 +1225,26 @@ class View:
         out = disk.text_out
         listings = []
         for folder, names in held.listings.items():
-            rows = [[out(n), attr(a)] for n, a in names.items()]
+            named = [[out(n), row(a)] for n, a in names.items()]
             where = at(folder)
-            if where is not None and all(r[1] is not None for r in rows):
-                listings.append([where, rows])
+            if where is not None and all(r[1] is not None for r in named):
+                listings.append([where, named])
         links = [[at(i), target.decode("latin-1")] for i, target in held.links.items()]
-        found = [[at(f), out(n), attr(a)] for (f, n), a in held.found.items()]
+        found = [[at(f), out(n), row(a)] for (f, n), a in held.found.items()]
         return {
-            "attrs": [a for a in map(attr, held.attrs.values()) if a is not None],
+            "attrs": [i for i in map(row, held.attrs.values()) if i is not None],
             "listings": listings,
-            "links": [row for row in links if row[0] is not None],
-            "found": [row for row in found if row[0] is not None and row[2] is not None],
+            "links": [r for r in links if r[0] is not None],
+            "found": [r for r in found if r[0] is not None and r[2] is not None],
             "absent": [[at(f), out(n)] for f, n in held.absent if at(f) is not None],
+            "table": table,
         }
 
     def _from_disk(self, sf: SessionFile, st: os.stat_result) -> Answers | None:
         """The answers the disk cache holds for ``sf``'s file as ``st`` says it is now (a
         fresh mount's first walk of a session it has not parsed)."""
         assert self.disk is not None
-        stored = self.disk.load(sf.path, _disk_ident(st))
+        stored = self.disk.load(sf.path, file_ident(st))
         if stored is None:
             return None
         try:
@@ -1248,33 +1258,40 @@ class View:
         return self._kept.put(sf.path, held)
 
     def _answers_in(self, sf: SessionFile, ident: Identity, raw: dict[str, Any]) -> Answers:
-        """What :meth:`_answers_out` wrote, numbered in this mount."""
-        path, epoch = sf.path, sf.epoch
+        """What :meth:`_answers_out` wrote, numbered in this mount (anything else in it
+        raises: the entry is then not used)."""
+        path, epoch, name = sf.path, sf.epoch, disk.text_in
 
         def key(v: list[Any]) -> Key:
             kind, eid, k, of_entry = v
-            if kind not in KINDS or not isinstance(k, int):
+            if kind not in KINDS or type(k) is not int:
                 raise ValueError(f"not a node: {v!r}")
-            return Key(kind, path, epoch if of_entry else 0, disk.text_in(eid), k)
+            return Key(kind, path, epoch if of_entry else 0, name(eid), k)
 
         def attr(v: list[Any]) -> Attr:
-            k = key(v[0])
-            mode, size, mtime, nlink, immutable, scratch, uid, gid = v[1:]
-            if not all(isinstance(n, int) for n in (mode, size, mtime, nlink, uid, gid)):
+            k, mode, size, mtime, nlink, immutable, scratch, uid, gid = v
+            if not _ints(mode, size, mtime, nlink, uid, gid):
                 raise ValueError(f"not attributes: {v!r}")
-            return Attr(self.ino(k), mode, size, mtime, nlink, immutable, scratch, uid, gid, k)
+            at = key(k)
+            return Attr(self.ino(at), mode, size, mtime, nlink, immutable, scratch, uid, gid, at)
+
+        table = [attr(v) for v in raw.get("table", ())]
+
+        def row(i: object) -> Attr:
+            if type(i) is not int or i < 0:
+                raise ValueError(f"not a row: {i!r}")
+            return table[i]
 
         held = Answers(ident)
-        name = disk.text_in
-        for v in raw.get("attrs", ()):
-            a = attr(v)
+        for i in raw.get("attrs", ()):
+            a = row(i)
             held.attrs[a.ino] = a
         for folder, rows in raw.get("listings", ()):
-            held.listings[self.ino(key(folder))] = {name(n): attr(a) for n, a in rows}
+            held.listings[self.ino(key(folder))] = {name(n): row(i) for n, i in rows}
         for at, target in raw.get("links", ()):
             held.links[self.ino(key(at))] = target.encode("latin-1")
-        for at, n, a in raw.get("found", ()):
-            held.found[(self.ino(key(at)), name(n))] = attr(a)
+        for at, n, i in raw.get("found", ()):
+            held.found[(self.ino(key(at)), name(n))] = row(i)
         for at, n in raw.get("absent", ()):
             held.absent.add((self.ino(key(at)), name(n)))
         held.count = len(held.attrs) + sum(map(len, held.listings.values())) + len(held.found)
@@ -1496,8 +1513,5 @@ def _ns(e: Entry) -> int:
     return (e.ts_ms or 0) * 1_000_000
 
 
-def _disk_ident(st: os.stat_result) -> list[int]:
-    """What the disk cache ties an entry to: the file's identity and its ctime (a file put
-    back with an old mtime is another file; nothing sets a ctime back)."""
-    i = Identity.of(st)
-    return [i.dev, i.ino, i.size, i.mtime_ns, st.st_ctime_ns, i.mode, i.uid, i.gid]
+def _ints(*values: object) -> bool:
+    return set(map(type, values)) <= {int}  # (bool too is not int here)

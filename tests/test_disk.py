@@ -528,3 +528,79 @@ def test_a_session_dropped_in_this_mount_is_read_from_its_new_entry(tmp_path: Pa
         later.close()
     assert store.session(str(path)).loaded is None  # (not parsed)
     c.close()
+
+
+HEAD_READ = ": head read"  # sessions.py: "<path>: head read" (a session named from its file)
+
+
+def names_file(cache: Path) -> Path:
+    (found,) = cache.glob("*" + disk.NAMES)
+    return found
+
+
+def test_a_later_mount_names_its_sessions_without_reading_them(
+    corpus: Path, cache: Path, tmp_path: Path
+) -> None:
+    """Naming a project's sessions read the head of each file at every mount: a later mount
+    takes the names the last one kept, for files that are still the very files they were
+    read from; a file that changed is read again, and shows what a fresh mount shows (a
+    session whose first user message came between the mounts gets its slug)."""
+    folder = corpus / "--hostile--"
+    young = folder / "2026-03-02T09-20-00-000Z_young.jsonl"
+    header = {"type": "session", "version": 3, "id": "young0", "timestamp": "2026-03-02T09:20:00Z"}
+    young.write_text(json.dumps(header) + "\n")
+    first, log1 = walked(corpus, cache)
+    sessions = list(corpus.rglob("*.jsonl"))
+    assert log1.count(HEAD_READ) == len(sessions)
+    assert stat.S_IMODE(names_file(cache).stat().st_mode) == 0o600
+    assert any(k.endswith("-young0") for k in first)  # (no user message: no slug yet)
+
+    line = {
+        "type": "message",
+        "id": "y1",
+        "parentId": None,
+        "timestamp": "2026-03-02T09:21:00.000Z",
+        "message": {"role": "user", "content": "A first question, between the mounts"},
+    }
+    with young.open("a") as f:
+        f.write(json.dumps(line) + "\n")
+    second, log2 = walked(corpus, cache)
+    fresh, _ = walked(corpus, tmp_path / "other", "--disk-cache", "off")
+    assert second == fresh
+    assert any(k.endswith("-a-first-question-between-the-mounts-young0") for k in second)
+    assert [ln for ln in log2.splitlines() if HEAD_READ in ln] == [
+        ln for ln in log2.splitlines() if HEAD_READ in ln and "_young.jsonl" in ln
+    ]
+    assert log2.count(HEAD_READ) == 1  # the one that changed, and no other
+
+    third, log3 = walked(corpus, cache)
+    assert third == fresh and HEAD_READ not in log3
+
+
+def test_a_session_deleted_while_mounted_loses_its_kept_name(corpus: Path, cache: Path) -> None:
+    """The kept names hold a slug of each session's first message: a session that goes
+    takes its name out of the cache at once, not at the next unmount."""
+    walked(corpus, cache)
+    gone = next(p for p in corpus.rglob("*.jsonl") if p.name.endswith("_h1.jsonl"))
+    assert os.fsencode(gone.name) in names_file(cache).read_bytes()
+    with mounted(corpus, "--disk-cache", str(cache)) as m:
+        seen(m.path)
+        gone.unlink()
+        wait_for(
+            lambda: os.fsencode(gone.name) not in names_file(cache).read_bytes(),
+            10,
+            "the deleted session's name gone from the cache",
+        )
+    finished(m)
+    assert os.fsencode(gone.name) not in names_file(cache).read_bytes()
+
+
+@pytest.mark.warns
+def test_damaged_kept_names_are_not_used(corpus: Path, cache: Path) -> None:
+    first, _ = walked(corpus, cache)
+    names_file(cache).write_bytes(b"garbage")
+    second, log = walked(corpus, cache)
+    assert second == first
+    assert "session names are unreadable" in log
+    assert log.count(HEAD_READ) == len(list(corpus.rglob("*.jsonl")))
+    assert orjson.loads(names_file(cache).read_bytes()[len(disk.MAGIC) + 8 :])["heads"]
