@@ -12,7 +12,9 @@ parse cache drops it, and at a clean unmount), tied to the identity of the file 
 from (device, inode, size, mtime, ctime, owner and mode) and to the code that made them. The
 next mount answers a walk of an unchanged session from them without parsing it, reading the
 text from here as it would from the shelf. Anything that does not match (the file grew, was
-replaced, was chmodded; another version of pisessfs) is not used and is removed.
+replaced, was chmodded; another version of pisessfs) is not used and is removed. Beside the
+entries, one file per sessions root keeps each session's folder name (what the head of its
+file said), so that naming a year of sessions does not open each one again.
 
 Nothing leaks through it: the folder is the daemon user's own (``0700``, files ``0600``; a
 folder that is anyone else's or open to others disables the cache), every access is relative
@@ -403,6 +405,16 @@ class DiskCache:
             self._heads_queued = True
             self._start()
         self._todo.put(_HEADS)
+
+    def prune_heads(self, gone: Callable[[str], bool]) -> int:
+        """Forget the kept names of the sessions ``gone(path)`` says are no more (blocking:
+        the prune thread at mount start); how many."""
+        with self._lock:
+            paths = list(self.heads)
+        lost = [path for path in paths if gone(path)]
+        for path in lost:
+            self.forget_head(path)  # (one write for them all)
+        return len(lost)
 
     def _write_heads(self) -> None:
         with self._lock:

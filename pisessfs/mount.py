@@ -180,9 +180,10 @@ def _disk_cache(opts: MountOptions, store: Store) -> DiskCache | None:
             return True
 
     def prune() -> None:
-        removed = cache.prune(gone)
-        if removed:
-            log.info("disk cache: %d entries of sessions that are gone removed", removed)
+        removed, names = cache.prune(gone), cache.prune_heads(gone)
+        if removed or names:
+            log.info("disk cache: %d entries and %d names of sessions that are gone removed",
+                     removed, names)  # fmt: skip
 
     threading.Thread(target=prune, name="disk-prune", daemon=True).start()
     log.info("disk cache in %s (%d entries)", opts.disk_cache, len(cache))

@@ -206,6 +206,11 @@ def test_a_session_deleted_between_mounts_leaves_no_entry(corpus: Path, cache: P
     gone.unlink()
     with mounted(corpus, "--disk-cache", str(cache)) as m:
         wait_for(lambda: not (cache / name).exists(), 10, "the entry of the deleted session")
+        wait_for(
+            lambda: os.fsencode(gone.name) not in names_file(cache).read_bytes(),
+            10,
+            "the deleted session's name gone from the cache",
+        )
     finished(m)
     assert len(entries(cache)) == len(list(corpus.rglob("*.jsonl"))) - len(forks(corpus))
 
