@@ -53,6 +53,8 @@ MAGIC = b"pisessfs cache 1\n"
 _LEN = struct.Struct("<Q")
 #: Bytes of a header at most: the answers of one session (``kept.KEPT_ANSWERS`` at most).
 HEADER_MAX = 16 << 20
+#: Bytes of an entry read ahead when its session's folder is listed (a walk reads the rest).
+PREFETCH = 1 << 20
 #: Uncompressed bytes waiting for the writer at most (more offered meanwhile: not saved).
 QUEUE_BYTES = 64 << 20
 SUFFIX = ".psc"
@@ -166,6 +168,8 @@ class DiskCache:
         # identity there says it was: path -> [identity, name, session id, cwd, hidden].
         self.heads: dict[str, list[Any]] = {}
         self._heads_queued = False
+        self._ahead: queue.SimpleQueue[list[str]] = queue.SimpleQueue()  # (``prefetch``)
+        self._reader: threading.Thread | None = None
         self.used = 0  # entries that answered for a session
 
     # -- the folder -------------------------------------------------------------------------
@@ -360,6 +364,42 @@ class DiskCache:
     def _unlink(self, name: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(name, dir_fd=self.fd)
+
+    def prefetch(self, paths: list[str]) -> None:
+        """Have the kernel read the first :data:`PREFETCH` bytes of the entries of ``paths``
+        ahead, in a thread of its own: their folder is being listed, and a walk reads them
+        next (a cold walk otherwise waits for the disk at each). Opening an entry after a
+        cache drop waits for the disk too: the listing does not wait for these."""
+        if not self.on:
+            return
+        with self._lock:
+            if self._reader is None:
+                self._reader = threading.Thread(target=self._read_ahead, name="disk-ahead")
+                self._reader.daemon = True
+                self._reader.start()
+        self._ahead.put(paths)
+
+    def _read_ahead(self) -> None:
+        while True:
+            paths = self._ahead.get()
+            with contextlib.suppress(Exception):  # (a hint: nothing depends on it)
+                self._advise(paths)
+
+    def _advise(self, paths: list[str]) -> None:
+        for path in paths:
+            name = self.name(path)
+            if not self.on or name not in self._sizes:
+                continue
+            try:
+                fd = self._open(name)
+            except OSError:
+                continue
+            try:
+                os.posix_fadvise(fd, 0, PREFETCH, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
     # -- session names ----------------------------------------------------------------------
 

@@ -891,7 +891,10 @@ class Store:
         return [d.path for d in self._session_files(folder) if d.path not in self._heads]
 
     def read_heads(self, paths: list[str]) -> None:
-        """Blocking: read the heads of ``paths`` (a folder of many new sessions)."""
+        """Blocking: read the heads of ``paths`` (a folder of many new sessions), and have
+        the kernel read their disk cache entries ahead."""
+        if self.disk is not None:
+            self.disk.prefetch(paths)
         for path in paths:
             self.head(path)
 
