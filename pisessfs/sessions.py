@@ -801,15 +801,16 @@ class Store:
     def _session_files(self, folder: str) -> list[FileEntry]:
         return [d for d in self.files.scandir(folder) if d.is_file and _is_session_name(d.name)]
 
-    def head(self, path: str) -> Head:
+    def head(self, path: str, seen: Seen | None = None, since: int = 0) -> Head:
         """What the head of session file ``path`` says, read the first time the mount sees
-        the file and kept: its folder's name never changes while mounted."""
+        the file and kept: its folder's name never changes while mounted. ``seen``: the
+        file's and its folder's ``lstat``, taken when the chmod count was ``since``."""
         head = self._heads.get(path)
         if head is not None:
             return head
-        for _ in range(3):
-            chmods = self._chmods
-            head = self._heads[path] = self._read_head(path)
+        for attempt in range(3):
+            chmods = since if attempt == 0 and seen is not None else self._chmods
+            head = self._heads[path] = self._read_head(path, None if attempt else seen)
             # A thread reading heads (read_heads) may race a chmod: the watcher, finding no
             # head, left it to us. Kept after the count was read, the head is seen by a
             # later mode_changed; one kept before is checked here against the new mode.
@@ -819,8 +820,8 @@ class Store:
         head = self._heads[path] = Head(_stem(path), None, None, True)  # (chmods each time)
         return head
 
-    def _read_head(self, path: str) -> Head:
-        kept = self._kept_head(path)
+    def _read_head(self, path: str, seen: Seen | None = None) -> Head:
+        kept = self._kept_head(path, seen)
         if kept is not None:
             return kept
         stem = _stem(path)
@@ -840,7 +841,7 @@ class Store:
         finally:
             os.close(fd)
 
-    def _kept_head(self, path: str) -> Head | None:
+    def _kept_head(self, path: str, seen: Seen | None) -> Head | None:
         """The head the disk cache kept for ``path``, when the file is the very file it was
         read from and its name may show what it showed (a year of sessions is named
         without opening one of them: at a later mount, the first walk read every head)."""
@@ -848,9 +849,13 @@ class Store:
         if row is None:
             return None
         try:
-            st = self.files.lstat(path)
+            if seen is None:
+                seen = self.files.lstat(path), self.files.lstat(os.path.dirname(path)).st_mode
+            st, folder_mode = seen
             ident, name, sid, cwd, hidden = row
-            if ident != file_ident(st) or hidden is not self._private(path, st.st_mode):
+            if ident != file_ident(st):
+                return None
+            if hidden is not private(st.st_mode, folder_mode & self.files.reach):
                 return None
             head = Head(_text(name), _text(sid, None), _text(cwd, None), hidden)
         except (Unreadable, ValueError, TypeError):
@@ -893,10 +898,28 @@ class Store:
     def read_heads(self, paths: list[str]) -> None:
         """Blocking: read the heads of ``paths`` (a folder of many new sessions), and have
         the kernel read their disk cache entries ahead."""
+        since = self._chmods
+        seen: dict[str, Seen] = {}
         if self.disk is not None:
             self.disk.prefetch(paths)
+            if self.disk.heads:
+                seen = self._seen(paths)
         for path in paths:
-            self.head(path)
+            self.head(path, seen.get(path), since)
+
+    def _seen(self, paths: list[str]) -> dict[str, Seen]:
+        """``lstat`` of each of ``paths`` and of its folder, one descriptor per folder (a
+        kept head is checked against them: three walks from the root a session, before)."""
+        names: dict[str, list[str]] = {}
+        for path in paths:
+            names.setdefault(os.path.dirname(path), []).append(os.path.basename(path))
+        out = {}
+        for folder, in_it in names.items():
+            with contextlib.suppress(Unreadable):
+                mode = self.files.lstat(folder).st_mode
+                for name, st in self.files.lstats(folder, in_it).items():
+                    out[os.path.join(folder, name)] = (st, mode)
+        return out
 
     def _private(self, path: str, mode: int) -> bool:
         return private(mode, self.files.lstat(os.path.dirname(path)).st_mode & self.files.reach)
@@ -1088,6 +1111,10 @@ class Store:
         for path in gone:
             del self._lru[path]
         return len(gone)
+
+
+#: A session file's ``lstat`` and its folder's mode (what its name may show depends on both).
+Seen = tuple[os.stat_result, int]
 
 
 def file_ident(st: os.stat_result) -> list[int]:

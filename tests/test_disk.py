@@ -609,3 +609,33 @@ def test_damaged_kept_names_are_not_used(corpus: Path, cache: Path) -> None:
     assert "session names are unreadable" in log
     assert log.count(HEAD_READ) == len(list(corpus.rglob("*.jsonl")))
     assert orjson.loads(names_file(cache).read_bytes()[len(disk.MAGIC) + 8 :])["heads"]
+
+
+def test_a_kept_name_never_shows_what_a_folder_opened_since_lets_others_list(
+    cache: Path,
+) -> None:
+    """A name kept while no one else could list the project showed its first message; once
+    others may list it (but not read the file), the next mount names it without."""
+    base = Path("/var/tmp") / f"pisessfs-kept-names-{os.getpid()}"  # reachable by every user
+    shutil.rmtree(base, ignore_errors=True)
+    project = base / "sessions" / "--private--"
+    project.mkdir(parents=True)
+    for d in (base, base / "sessions"):
+        os.chmod(d, 0o755)
+    f = project / "s.jsonl"
+    header = {"type": "session", "version": 3, "id": "77777777-x", "timestamp": "2026-11-20T10:00Z"}
+    line = {"type": "message", "id": "a", "parentId": None, "timestamp": "2026-11-20T10:00Z"}
+    line["message"] = {"role": "user", "content": "secret plan"}
+    f.write_text(json.dumps(header) + "\n" + json.dumps(line) + "\n")
+    os.chmod(f, 0o600)
+    os.chmod(project, 0o700)
+    try:
+        with mounted(base / "sessions", "--disk-cache", str(cache)) as m:
+            assert "2026-11-20T1000-secret-plan-77777777" in os.listdir(m.path / "private")
+        finished(m)
+        os.chmod(project, 0o755)
+        with mounted(base / "sessions", "--disk-cache", str(cache)) as m:
+            assert sorted(os.listdir(m.path / "private")) == ["2026-11-20T1000-77777777", "latest"]
+        finished(m)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
