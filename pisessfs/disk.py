@@ -168,6 +168,7 @@ class DiskCache:
         # identity there says it was: path -> [identity, name, session id, cwd, hidden].
         self.heads: dict[str, list[Any]] = {}
         self._heads_queued = False
+        self._heads_file = threading.Lock()  # (the writer's and the unmount's write of it)
         self._ahead: queue.SimpleQueue[list[str]] = queue.SimpleQueue()  # (``prefetch``)
         self._reader: threading.Thread | None = None
         self.used = 0  # entries that answered for a session
@@ -472,14 +473,15 @@ class DiskCache:
             return
         name = self._names_file()
         tmp = f"{name}.{os.getpid()}{_TMP}"
-        try:
-            fd = os.open(tmp, _NEW_FLAGS, 0o600, dir_fd=self.fd)
-            with os.fdopen(fd, "wb") as out:
-                out.write(lead)
-            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        except OSError as err:
-            log.warning("disk cache: the session names were not saved: %s", err)
-            self._unlink(tmp)
+        with self._heads_file:
+            try:
+                fd = os.open(tmp, _NEW_FLAGS, 0o600, dir_fd=self.fd)
+                with os.fdopen(fd, "wb") as out:
+                    out.write(lead)
+                os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            except OSError as err:
+                log.warning("disk cache: the session names were not saved: %s", err)
+                self._unlink(tmp)
 
     # -- writing ----------------------------------------------------------------------------
 

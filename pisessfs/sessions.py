@@ -873,12 +873,8 @@ class Store:
             ident = self._head_idents.get(path)
             if ident is not None:
                 rows[path] = [ident, head.name, head.session_id, head.cwd, head.hidden]
-        out = {}
-        for path, row in rows.items():
-            with contextlib.suppress(Unreadable, ValueError, TypeError, IndexError):
-                if row[0] == file_ident(self.files.lstat(path)):
-                    out[path] = row
-        return out
+        now = self._seen(list(rows))
+        return {p: row for p, row in rows.items() if p in now and _of(row, now[p][0])}
 
     def _still_right(self, path: str, head: Head) -> bool:
         """Whether ``head`` shows what the file's mode allows now."""
@@ -915,7 +911,7 @@ class Store:
             names.setdefault(os.path.dirname(path), []).append(os.path.basename(path))
         out = {}
         for folder, in_it in names.items():
-            with contextlib.suppress(Unreadable):
+            with contextlib.suppress(Unreadable, ValueError):  # (gone; a path not below)
                 mode = self.files.lstat(folder).st_mode
                 for name, st in self.files.lstats(folder, in_it).items():
                     out[os.path.join(folder, name)] = (st, mode)
@@ -1122,6 +1118,11 @@ def file_ident(st: os.stat_result) -> list[int]:
     file put back with an old mtime is another file; nothing sets a ctime back)."""
     i = Identity.of(st)
     return [i.dev, i.ino, i.size, i.mtime_ns, st.st_ctime_ns, i.mode, i.uid, i.gid]
+
+
+def _of(row: object, st: os.stat_result) -> bool:
+    """Whether a kept head ``row`` was read from the file ``st`` describes."""
+    return isinstance(row, list) and bool(row) and row[0] == file_ident(st)
 
 
 def _text(value: object, default: object = "") -> Any:

@@ -624,7 +624,8 @@ def test_a_kept_name_never_shows_what_a_folder_opened_since_lets_others_list(
         os.chmod(d, 0o755)
     f = project / "s.jsonl"
     header = {"type": "session", "version": 3, "id": "77777777-x", "timestamp": "2026-11-20T10:00Z"}
-    line = {"type": "message", "id": "a", "parentId": None, "timestamp": "2026-11-20T10:00Z"}
+    line: dict[str, Any] = {"type": "message", "id": "a", "parentId": None}
+    line["timestamp"] = "2026-11-20T10:00Z"
     line["message"] = {"role": "user", "content": "secret plan"}
     f.write_text(json.dumps(header) + "\n" + json.dumps(line) + "\n")
     os.chmod(f, 0o600)
