@@ -62,6 +62,7 @@ NAMES = ".names"  # a root's session names (one file per sessions root)
 _TMP = ".tmp"
 STALE_TMP_NS = 3600 * 10**9  # a half-written entry this old is no running mount's
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
 _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
 
 #: One part of a file offered: its offset, its bytes (or what makes them, in the writer's
@@ -352,7 +353,7 @@ class DiskCache:
 
     def _open(self, name: str) -> int:
         """A descriptor of entry ``name``, read-only, not through a link."""
-        return os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=self.fd)
+        return os.open(name, _READ_FLAGS, dir_fd=self.fd)
 
     def _remove(self, name: str) -> None:
         self._unlink(name)
@@ -375,24 +376,27 @@ class DiskCache:
             return
         with self._lock:
             if self._reader is None:
-                self._reader = threading.Thread(target=self._read_ahead, name="disk-ahead")
-                self._reader.daemon = True
+                # Its own descriptor of the folder: it may still be at work when the
+                # mount's is closed at unmount (it ends with the process).
+                folder = os.dup(self.fd)
+                self._reader = threading.Thread(target=self._read_ahead, args=(folder,))
+                self._reader.name, self._reader.daemon = "disk-ahead", True
                 self._reader.start()
         self._ahead.put(paths)
 
-    def _read_ahead(self) -> None:
+    def _read_ahead(self, folder: int) -> None:
         while True:
             paths = self._ahead.get()
             with contextlib.suppress(Exception):  # (a hint: nothing depends on it)
-                self._advise(paths)
+                self._advise(folder, paths)
 
-    def _advise(self, paths: list[str]) -> None:
+    def _advise(self, folder: int, paths: list[str]) -> None:
         for path in paths:
             name = self.name(path)
-            if not self.on or name not in self._sizes:
+            if name not in self._sizes:
                 continue
             try:
-                fd = self._open(name)
+                fd = os.open(name, _READ_FLAGS, dir_fd=folder)
             except OSError:
                 continue
             try:
