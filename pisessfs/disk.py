@@ -53,8 +53,11 @@ MAGIC = b"pisessfs cache 1\n"
 _LEN = struct.Struct("<Q")
 #: Bytes of a header at most: the answers of one session (``kept.KEPT_ANSWERS`` at most).
 HEADER_MAX = 16 << 20
-#: Bytes of an entry read ahead when its session's folder is listed (a walk reads the rest).
+#: Bytes of an entry read ahead when its session's folder is listed (a walk reads the rest),
+#: and of all the entries of one listing (an ``ls`` of a project of thousands of sessions
+#: reads no more than that ahead).
 PREFETCH = 1 << 20
+PREFETCH_LISTING = 64 << 20
 #: Uncompressed bytes waiting for the writer at most (more offered meanwhile: not saved).
 QUEUE_BYTES = 64 << 20
 SUFFIX = ".psc"
@@ -391,10 +394,15 @@ class DiskCache:
                 self._advise(folder, paths)
 
     def _advise(self, folder: int, paths: list[str]) -> None:
+        budget = PREFETCH_LISTING
         for path in paths:
             name = self.name(path)
-            if name not in self._sizes:
+            size = self._sizes.get(name)
+            if size is None:
                 continue
+            budget -= min(size, PREFETCH)
+            if budget < 0:
+                return
             try:
                 fd = os.open(name, _READ_FLAGS, dir_fd=folder)
             except OSError:

@@ -53,6 +53,17 @@ def named(path: Path) -> Path:
     return path.parent / os.readlink(path) if path.is_symlink() else path
 
 
+DROP = "/proc/sys/vm/drop_caches"
+
+
+def drop_caches(what: str) -> None:
+    """Make the kernel drop what it caches: "1" the pages of every file (clean ones: all of
+    ours), "2" its names and inodes (and with them their pages)."""
+    need(os.access(DROP, os.W_OK), f"dropping the kernel's caches needs root ({DROP})")
+    os.sync()
+    Path(DROP).write_text(what + "\n")
+
+
 def need(ok: bool, why: str) -> None:
     """Skip loudly with ``why``; in CI a missing capability fails the test instead."""
     if ok:

@@ -26,7 +26,7 @@ from pisessfs import disk
 from pisessfs.sessions import Store
 from pisessfs.view import Key, NotFound, View
 
-from .conftest import Mount, mounted, named, need, wait_for
+from .conftest import Mount, drop_caches, mounted, named, need, wait_for
 
 PARSED = "whole ("  # sessions.py: "read <path> whole (<n> bytes)"
 FROM_DISK = "answers from the disk cache"
@@ -640,3 +640,40 @@ def test_a_kept_name_never_shows_what_a_folder_opened_since_lets_others_list(
         finished(m)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def resident(path: Path) -> int:
+    """Bytes of ``path`` in the page cache (``fincore``, util-linux)."""
+    out = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(out.stdout.strip() or 0)
+
+
+def test_listing_a_project_reads_its_sessions_entries_ahead(corpus: Path, cache: Path) -> None:
+    """A later mount's walk reads each session's entry right after listing its project: the
+    listing has the kernel read them ahead, so the walk does not wait for the disk at each."""
+    need(shutil.which("fincore") is not None, "fincore (util-linux) is not installed")
+    big = corpus / "--many--"
+    big.mkdir()
+    source = next(p for p in corpus.rglob("*.jsonl") if p.name.endswith("_h1.jsonl"))
+    for n in range(12):  # (more than layout.HEADS_INLINE: read in a thread, as big ones are)
+        shutil.copyfile(source, big / f"2026-03-02T09-14-{n:02d}-120Z_m{n}.jsonl")
+    walked(corpus, cache)
+    ours = [cache / disk.DiskCache(str(cache), 1 << 30, "", "").name(str(p)) for p in big.iterdir()]
+    assert all(p.exists() for p in ours)
+    with mounted(corpus, "--disk-cache", str(cache)) as m:
+        drop_caches("1")
+        assert sum(map(resident, ours)) == 0
+        seen: set[Path] = set()
+
+        def all_read_ahead() -> bool:  # (this machine's reclaim may drop them again soon)
+            seen.update(p for p in ours if resident(p))
+            return len(seen) == len(ours)
+
+        os.listdir(m.path / "many")
+        wait_for(all_read_ahead, 10, "the entries of the listed project in the page cache")
+    finished(m)

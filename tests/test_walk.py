@@ -24,6 +24,7 @@ from tests.conftest import (
     KANBAN,
     RECIPE,
     Mount,
+    drop_caches,
     mounted,
     need,
     need_open_flags,
@@ -180,19 +181,8 @@ def listed(top: Path) -> dict[Path, tuple[int, int, str, int, int]]:
     return out
 
 
-def drop_caches(what: str) -> None:
-    """Make the kernel drop what it caches: "1" the pages of every file (clean ones: all of
-    ours), "2" its names and inodes (and with them their pages)."""
-    need(os.access(DROP, os.W_OK), f"dropping the kernel's caches needs root ({DROP})")
-    os.sync()
-    Path(DROP).write_text(what + "\n")
-
-
 def forget_names() -> None:
     drop_caches("2")
-
-
-DROP = "/proc/sys/vm/drop_caches"
 
 
 def test_a_repeated_walk_asks_for_no_listing_and_no_flush(sessions: Path) -> None:
