@@ -573,10 +573,8 @@ def test_a_later_mount_names_its_sessions_without_reading_them(
     fresh, _ = walked(corpus, tmp_path / "other", "--disk-cache", "off")
     assert second == fresh
     assert any(k.endswith("-a-first-question-between-the-mounts-young0") for k in second)
-    assert [ln for ln in log2.splitlines() if HEAD_READ in ln] == [
-        ln for ln in log2.splitlines() if HEAD_READ in ln and "_young.jsonl" in ln
-    ]
-    assert log2.count(HEAD_READ) == 1  # the one that changed, and no other
+    (read,) = [ln for ln in log2.splitlines() if HEAD_READ in ln]  # the one that changed
+    assert "_young.jsonl" in read
 
     third, log3 = walked(corpus, cache)
     assert third == fresh and HEAD_READ not in log3
