@@ -855,7 +855,7 @@ class Store:
             ident, name, sid, cwd, hidden = row
             if ident != file_ident(st):
                 return None
-            if hidden is not private(st.st_mode, folder_mode & self.files.reach):
+            if hidden is not self._hidden(st.st_mode, folder_mode):
                 return None
             head = Head(_text(name), _text(sid, None), _text(cwd, None), hidden)
         except (Unreadable, ValueError, TypeError):
@@ -918,7 +918,12 @@ class Store:
         return out
 
     def _private(self, path: str, mode: int) -> bool:
-        return private(mode, self.files.lstat(os.path.dirname(path)).st_mode & self.files.reach)
+        return self._hidden(mode, self.files.lstat(os.path.dirname(path)).st_mode)
+
+    def _hidden(self, mode: int, folder_mode: int) -> bool:
+        """Whether a file of ``mode`` in a folder of ``folder_mode`` is named without its
+        slug (see ``heads.private``; what the folders above let through counts too)."""
+        return private(mode, folder_mode & self.files.reach)
 
     def mode_changed(self, path: str) -> str | None:
         """A session file's bits changed (chmod): when that changes whether its name may show
