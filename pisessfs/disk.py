@@ -43,7 +43,7 @@ import unicodedata
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -74,6 +74,8 @@ _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLO
 Part = tuple[int, bytes | Callable[[], bytes], bool]
 #: A file offered: its parts and its size.
 File = tuple[list[Part], int]
+#: Which file an entry is: its device, inode, size and mtime (one saved again is another).
+Which = tuple[int, int, int, int]
 
 
 def text_out(s: str) -> str:
@@ -117,7 +119,7 @@ class Stored:
     name: str
     answers: dict[str, Any]
     files: dict[str, tuple[int, int]]
-    was: tuple[int, int, int, int] = (0, 0, 0, 0)
+    was: Which = (0, 0, 0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +148,7 @@ def _entry_name(path: str) -> str:
     return hashlib.blake2b(os.fsencode(path), digest_size=16).hexdigest() + SUFFIX
 
 
-def _which(fd: int) -> tuple[int, int, int, int]:
+def _which(fd: int) -> Which:
     st = os.fstat(fd)
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
@@ -354,9 +356,10 @@ class DiskCache:
         if there:
             self._remove(name)
 
-    def _open(self, name: str) -> int:
-        """A descriptor of entry ``name``, read-only, not through a link."""
-        return os.open(name, _READ_FLAGS, dir_fd=self.fd)
+    def _open(self, name: str, folder: int | None = None) -> int:
+        """A descriptor of entry ``name``, read-only, not through a link (through the
+        descriptor ``folder`` of the cache folder, if not the mount's)."""
+        return os.open(name, _READ_FLAGS, dir_fd=self.fd if folder is None else folder)
 
     def _remove(self, name: str) -> None:
         self._unlink(name)
@@ -404,7 +407,7 @@ class DiskCache:
             if budget < 0:
                 return
             try:
-                fd = os.open(name, _READ_FLAGS, dir_fd=folder)
+                fd = self._open(name, folder)
             except OSError:
                 continue
             try:
@@ -484,16 +487,15 @@ class DiskCache:
             self._unlink(self._names_file())
             return
         name = self._names_file()
-        tmp = f"{name}.{os.getpid()}{_TMP}"
         with self._heads_file:
+            tmp = None
             try:
-                fd = os.open(tmp, _NEW_FLAGS, 0o600, dir_fd=self.fd)
-                with os.fdopen(fd, "wb") as out:
-                    out.write(lead)
+                tmp, _ = self._written(name, lambda out: out.write(lead))
                 os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
             except OSError as err:
                 log.warning("disk cache: the session names were not saved: %s", err)
-                self._unlink(tmp)
+                if tmp is not None:
+                    self._unlink(tmp)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -599,21 +601,15 @@ class DiskCache:
     ) -> Stored | None:
         """Write an entry, unless it was dropped or saved again since it was asked for."""
         name = self.name(path)
-        tmp = f"{name}.{os.getpid()}{_TMP}"  # (two mounts of one folder may share the cache)
-        fd = os.open(tmp, _NEW_FLAGS, 0o600, dir_fd=self.fd)
-        try:
-            with os.fdopen(fd, "wb", closefd=False) as out:
-                out.write(lead)
-                for _, part, packed in sorted(parts, key=lambda p: p[0]):
-                    data = part() if callable(part) else part
-                    out.write(zlib.decompress(data) if packed else data)
-            was = _which(fd)
-            size = was[2]
-        except BaseException:
-            os.close(fd)
-            self._unlink(tmp)
-            raise
-        os.close(fd)
+
+        def write(out: BinaryIO) -> None:
+            out.write(lead)
+            for _, part, packed in sorted(parts, key=lambda p: p[0]):
+                data = part() if callable(part) else part
+                out.write(zlib.decompress(data) if packed else data)
+
+        tmp, was = self._written(name, write)
+        size = was[2]
         with self._lock:  # (a drop takes the lock too: it comes before, or after, all this)
             if self._asked.get(name) != asked:
                 self._unlink(tmp)  # dropped, or saved again, since it was asked for
@@ -624,6 +620,22 @@ class DiskCache:
         self._trim()
         log.debug("disk cache: %s saved (%d bytes)", path, size)
         return Stored(name, {}, files, was)
+
+    def _written(self, name: str, write: Callable[[BinaryIO], object]) -> tuple[str, Which]:
+        """A temporary file beside ``name`` (mode 600) that ``write`` filled, and which file
+        it is; removed again if writing failed. (Two mounts may share the folder: the
+        temporary name is this process's.)"""
+        tmp = f"{name}.{os.getpid()}{_TMP}"
+        fd = os.open(tmp, _NEW_FLAGS, 0o600, dir_fd=self.fd)
+        try:
+            with os.fdopen(fd, "wb", closefd=False) as out:
+                write(out)
+            return tmp, _which(fd)
+        except BaseException:
+            self._unlink(tmp)
+            raise
+        finally:
+            os.close(fd)
 
     def _trim(self) -> None:
         """Remove the oldest entries until all fit under the cap."""

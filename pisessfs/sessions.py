@@ -852,12 +852,12 @@ class Store:
             if seen is None:
                 seen = self.files.lstat(path), self.files.lstat(os.path.dirname(path)).st_mode
             st, folder_mode = seen
-            ident, name, sid, cwd, hidden = row
-            if ident != file_ident(st):
+            if not _of(row, st):
                 return None
+            ident, name, sid, cwd, hidden = row
             if hidden is not self._hidden(st.st_mode, folder_mode):
                 return None
-            head = Head(_text(name), _text(sid, None), _text(cwd, None), hidden)
+            head = Head(_text(name), _text(sid, none=True), _text(cwd, none=True), hidden)
         except (Unreadable, ValueError, TypeError):
             return None
         self._head_idents[path] = ident
@@ -1130,9 +1130,9 @@ def _of(row: object, st: os.stat_result) -> bool:
     return isinstance(row, list) and bool(row) and row[0] == file_ident(st)
 
 
-def _text(value: object, default: object = "") -> Any:
-    """``value`` if it is a string (or ``default`` is None and it is None)."""
-    if isinstance(value, str) or (value is None and default is None):
+def _text(value: object, none: bool = False) -> Any:
+    """``value`` if it is a string (or None, when ``none`` allows it); else ValueError."""
+    if isinstance(value, str) or (none and value is None):
         return value
     raise ValueError("not a string")
 
