@@ -53,6 +53,7 @@ MAGIC = b"pisessfs cache 1\n"
 _LEN = struct.Struct("<Q")
 #: Bytes of a header at most: the answers of one session (``kept.KEPT_ANSWERS`` at most).
 HEADER_MAX = 16 << 20
+FIRST_READ = 8 << 10  # an entry's first read: its lead and, most often, its whole header
 #: Bytes of an entry read ahead when its session's folder is listed (a walk reads the rest),
 #: and of all the entries of one listing (an ``ls`` of a project of thousands of sessions
 #: reads no more than that ahead).
@@ -149,7 +150,10 @@ def _entry_name(path: str) -> str:
 
 
 def _which(fd: int) -> Which:
-    st = os.fstat(fd)
+    return _which_is(os.fstat(fd))
+
+
+def _which_is(st: os.stat_result) -> Which:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
@@ -264,6 +268,26 @@ class DiskCache:
     def load(self, path: str, ident: list[int]) -> Stored | None:
         """The entry of ``path`` if it was made from the file ``ident`` describes, by this
         code, for a mount like this one. An entry that is not is removed."""
+        found = self._found(path, ident)
+        if found is None:
+            return None
+        name, head, was = found
+        try:
+            files = {str(k): (int(v[0]), int(v[1])) for k, v in head["files"].items()}
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            self.drop(path)
+            return None
+        self.used += 1
+        return Stored(name, head.get("answers") or {}, files, was)
+
+    def holds(self, path: str, ident: list[int]) -> bool:
+        """Whether there is an entry of ``path`` made from the file ``ident`` describes, by
+        this code (its header read; ``--warm`` renders only the sessions that have none).
+        An entry that is not is removed."""
+        return self._found(path, ident) is not None
+
+    def _found(self, path: str, ident: list[int]) -> tuple[str, dict[str, Any], Which] | None:
+        """The name, header and identity of ``path``'s entry, when it holds for ``ident``."""
         name = self.name(path)
         if not self.on or name not in self._sizes:
             return None
@@ -275,44 +299,47 @@ class DiskCache:
         except OSError:  # (out of descriptors: the session answers for itself this time)
             return None
         try:
-            head = self._header(fd)
-            was = _which(fd)
+            head, was = self._header_which(fd)
         except (OSError, ValueError) as err:
             log.warning("disk cache: %s of %s is unreadable (%s): removed", name, path, err)
-            head = None
+            self.drop(path)
+            return None
         finally:
             os.close(fd)
-        if head is None or head.get("mark") != self.mark or head.get("path") != text_out(path):
+        if head.get("mark") != self.mark or head.get("path") != text_out(path):
             self.drop(path)
             return None
         if head.get("ident") != ident:
             self.drop(path)  # the file moved on: this entry never answers again
             return None
-        try:
-            files = {str(k): (int(v[0]), int(v[1])) for k, v in head["files"].items()}
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
-            self.drop(path)
-            return None
-        self.used += 1
-        return Stored(name, head.get("answers") or {}, files, was)
+        return name, head, was
 
     def _header(self, fd: int) -> dict[str, Any]:
-        lead = os.pread(fd, len(MAGIC) + _LEN.size, 0)
+        return self._header_which(fd)[0]
+
+    def _header_which(self, fd: int) -> tuple[dict[str, Any], Which]:
+        """An entry's header, and which file the entry is (its ``fstat``). One read takes
+        the lead and a header of up to :data:`FIRST_READ` (a session's answers: 2 KiB)."""
+        first = os.pread(fd, FIRST_READ, 0)
+        lead = first[: len(MAGIC) + _LEN.size]
         if len(lead) != len(MAGIC) + _LEN.size or not lead.startswith(MAGIC):
             raise ValueError("not an entry")
         (size,) = _LEN.unpack(lead[len(MAGIC) :])
         if size > HEADER_MAX:
             raise ValueError("header too big")
-        raw = os.pread(fd, size, len(lead))
+        raw = first[len(lead) : len(lead) + size]
+        if len(raw) < size:
+            raw += os.pread(fd, size - len(raw), len(first))
         if len(raw) != size:
             raise ValueError("cut short")
         head = orjson.loads(raw)
         if not isinstance(head, dict):
             raise ValueError("not an entry")
         total = head.get("total")
-        if not isinstance(total, int) or os.fstat(fd).st_size != total:
+        st = os.fstat(fd)
+        if not isinstance(total, int) or st.st_size != total:
             raise ValueError("cut short")
-        return head
+        return head, _which_is(st)
 
     def reader(self, stored: Stored, kind: str, size: int) -> tuple[int, int] | None:
         """A descriptor of the entry (its own: the entry may be replaced meanwhile) and where

@@ -328,19 +328,28 @@ class Operations(pyfuse3.Operations):
 
     async def warm(self) -> None:
         """``--warm``: list every session folder as a walk would, newest first, whenever no
-        request came for :data:`WARM_QUIET`, until the cache is full (``Store.warm_room``).
+        request came for :data:`WARM_QUIET`.
 
         Listing a session folder renders its files off the loop, and a session the cache
         drops later leaves its answers and its files (``View.later``, the shelf): the first
-        walk is then answered like a repeated one. It never ends the mount: a failure here
-        ends the warm-up, with a line in the log."""
-        start, done, store = time.monotonic(), 0, self.view.store
+        walk is then answered like a repeated one. Without the disk cache it stops when the
+        cache is full (``Store.warm_room``). With it, it indexes every session instead: a
+        session the cache holds as its file is now is skipped, every other one is rendered
+        and saved there at once, and the sessions past the memory cap are dropped as it
+        goes (their answers and files are on disk), so a first mount's first walk, and
+        every later mount's, parses nothing. It never ends the mount: a failure here ends
+        the warm-up, with a line in the log."""
+        start, done, had, store = time.monotonic(), 0, 0, self.view.store
+        disk = self.view.disk is not None
         try:
             for key in await self._warm_order():
                 while time.monotonic() - _Asked.last < WARM_QUIET or store.shelf.busy():
                     # (the shelf refuses what comes faster than it packs: those would be lost)
                     await trio.sleep(0.01 if store.shelf.busy() else WARM_QUIET)
-                if not store.warm_room():
+                if disk and await trio.to_thread.run_sync(self.view.on_disk, key.path):
+                    had += 1
+                    continue
+                if not disk and not store.warm_room():
                     log.info("warm-up: the cache is full after %d sessions", done)
                     break
                 await self._make_room(key.path)
@@ -349,9 +358,13 @@ class Operations(pyfuse3.Operations):
                 except (v.ViewError, Unreadable, OSError) as err:  # gone, unreadable: skip it
                     log.debug("warm-up: %s: %s", key.path, err)
                     continue
+                if disk:
+                    await trio.to_thread.run_sync(self.view.save_one, key.path)
                 done += 1
             else:
-                log.info("warm-up: %d sessions rendered in %.1f s", done, time.monotonic() - start)
+                took = time.monotonic() - start
+                held = f" ({had} were in the disk cache)" if disk else ""
+                log.info("warm-up: %d sessions rendered in %.1f s%s", done, took, held)
             await trio.sleep(store.min_idle)  # then what is past the cap goes (no request will)
             await self._drop_paced(0, store.min_idle)
         except Exception:

@@ -53,6 +53,9 @@ class Answers:
     fork: Fork | None = None  # a fork's: what its parent link answered
     count: int = 0
     stored: Stored | None = None  # the disk cache entry they came from (its files too)
+    # What the last save to the disk cache had (``count`` and the files' kinds): the same
+    # again is not written again (``--warm`` saves each session, a drop or unmount after).
+    saved: tuple[int, frozenset[str]] | None = None
 
     def room(self, n: int = 1) -> bool:
         """Whether ``n`` more answers may be kept (and count them if so)."""

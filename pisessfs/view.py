@@ -1162,9 +1162,15 @@ class View:
                 if kind not in files:  # (not rendered in this mount: rg asked for links)
                     copied = functools.partial(self.disk.copy, old, kind, size)
                     files[kind] = ([(0, copied, False)], size)
+        made = (held.count, frozenset(files))
+        if held.saved == made:
+            return True  # (on disk as it is)
         saved = functools.partial(self._saved, s.path, s.ident, held)
         answers = self._answers_out(s, held)
-        return self.disk.save(s.path, file_ident(st), answers, files, saved)
+        done = self.disk.save(s.path, file_ident(st), answers, files, saved)
+        if done:
+            held.saved = made
+        return done
 
     def _saved(self, path: str, ident: Identity, held: Answers, stored: disk.Stored) -> None:
         """The writer saved the entry of ``held``: a read the kernel's page cache cannot
@@ -1179,22 +1185,38 @@ class View:
         for path in self.store.loaded_paths():
             if time.monotonic() > until:
                 break
-            sf = self.store.known(path)
-            s = sf.loaded if sf is not None else None
-            if s is None or sf is None or not sf.lock.acquire(timeout=1):
-                continue  # (a thread abandoned at unmount may hold it)
-            try:
-                self._keep_links(s)  # (what rg will ask, as a drop keeps it)
-                done = self.save(s)
-                if not done and self.disk is not None and self.disk.busy():
-                    # the writer was behind: wait for it, once
-                    done = self.disk.settle(until - time.monotonic()) and self.save(s)
-                saved += done
-            except Exception:  # (a bug: the other sessions are still saved)
-                log.exception("%s: not saved to the disk cache", path)
-            finally:
-                sf.lock.release()
+            saved += self.save_one(path, until)
         return saved
+
+    def save_one(self, path: str, until: float = math.inf) -> bool:
+        """Save session ``path`` if it is parsed (blocking: at unmount, or ``--warm`` once it
+        rendered it), with what ``rg`` will ask of its links, as a drop keeps them."""
+        sf = self.store.known(path)
+        s = sf.loaded if sf is not None else None
+        if s is None or sf is None or not sf.lock.acquire(timeout=1):
+            return False  # (a thread abandoned at unmount may hold it)
+        try:
+            self._keep_links(s)
+            done = self.save(s)
+            if not done and self.disk is not None and self.disk.busy():
+                # the writer was behind: wait for it, once
+                done = self.disk.settle(until - time.monotonic()) and self.save(s)
+            return done
+        except Exception:  # (a bug: the other sessions are still saved)
+            log.exception("%s: not saved to the disk cache", path)
+            return False
+        finally:
+            sf.lock.release()
+
+    def on_disk(self, path: str) -> bool:
+        """Whether the disk cache holds session ``path`` as its file is now (blocking)."""
+        if self.disk is None:
+            return False
+        try:
+            st = self.store.files.lstat(path)
+        except Unreadable:
+            return False
+        return self.disk.holds(path, file_ident(st))
 
     def _answers_out(self, s: Loaded, held: Answers) -> dict[str, Any]:
         """``held`` as JSON: keys instead of inode numbers (another mount numbers them

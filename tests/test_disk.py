@@ -172,6 +172,37 @@ def test_grep_through_a_cached_mount_finds_what_a_parsed_one_does(
     assert len(texts) == 12  # both hostile sessions, each message once
 
 
+def test_warm_saves_every_session_to_the_cache_and_a_later_warm_renders_none(
+    corpus: Path, cache: Path
+) -> None:
+    """``--warm`` with the disk cache indexes: it renders each session the cache lacks and
+    saves it at once (so a mount killed later keeps them), past the memory cap (0 here:
+    each is dropped as it goes); a later mount's warm-up skips every session the cache
+    holds, and its first walk parses nothing. Without the disk cache it still stops when
+    the memory cap is reached."""
+    sessions = len(list(corpus.rglob("*.jsonl")))
+    saved = sessions - len(forks(corpus))
+    with mounted(corpus, "--disk-cache", str(cache), "--warm", "--cache-mb", "0") as m:
+        wait_for(lambda: "warm-up:" in m.log_text(), 60, "the warm-up")
+        said = f"warm-up: {sessions} sessions rendered in "
+        assert said in m.log_text() and "(0 were in the disk cache)" in m.log_text()
+        wait_for(lambda: len(entries(cache)) == saved, 10, "every entry written")
+        m.proc.kill()  # (nothing saved at unmount: the warm-up did)
+        m.proc.wait()
+    assert len(entries(cache)) == saved
+    with mounted(corpus, "--disk-cache", str(cache), "--warm", "--debug") as m:
+        wait_for(lambda: "warm-up:" in m.log_text(), 60, "the warm-up")
+        said = f"warm-up: {sessions - saved} sessions rendered in "
+        assert said in m.log_text() and f"({saved} were in the disk cache)" in m.log_text()
+        start = len(m.log_text())
+        assert "needle" in grep(m.path, "needle")
+        assert PARSED not in m.log_text()[start:]  # (the forks: parsed by the warm-up)
+    finished(m)
+    with mounted(corpus, "--disk-cache", "off", "--warm", "--cache-mb", "0") as m:
+        wait_for(lambda: "warm-up:" in m.log_text(), 60, "the warm-up")
+        assert "warm-up: the cache is full after 0 sessions" in m.log_text()
+
+
 def test_a_session_that_changed_is_parsed_again_and_shows_its_change(
     corpus: Path, cache: Path
 ) -> None:

@@ -235,7 +235,8 @@ def test_a_repeated_walk_asks_for_no_listing_and_no_flush(sessions: Path) -> Non
 def test_a_warmed_mount_answers_its_first_walk_without_parsing(sessions: Path) -> None:
     """``--warm`` lists every session folder in the background: the first ``grep -r`` then
     parses and renders nothing, and finds what a mount without it finds. With no room in
-    the cache, it renders nothing at all (memory stays within the cap)."""
+    the cache and no disk cache, it renders nothing at all (memory stays within the cap;
+    with the disk cache it indexes every session, see test_disk)."""
     count = len(list(sessions.rglob("*.jsonl")))
     argv = ["grep", "-r", PHRASE]
     with mounted(sessions) as ref:
@@ -252,7 +253,7 @@ def test_a_warmed_mount_answers_its_first_walk_without_parsing(sessions: Path) -
         )
         assert found.stdout.count(PHRASE) >= 1
         assert " whole (" not in m.log_text()[start:]  # no session parsed by the walk
-    with mounted(sessions, "--warm", "--cache-mb", "0") as m:
+    with mounted(sessions, "--warm", "--cache-mb", "0", "--disk-cache", "off") as m:
         wait_for(lambda: "warm-up:" in m.log_text(), 60, "the warm-up")
         assert "warm-up: the cache is full after 0 sessions" in m.log_text()
 
