@@ -166,6 +166,7 @@ class DiskCache:
         self.folder, self.cap, self.mark, self.scope = folder, cap, mark, scope
         self.fd = -1
         self._sizes: dict[str, int] = {}  # entry name -> its bytes (the entries there are)
+        self._names_bytes = 0  # what the root's session names file takes (counted with them)
         self._lock = threading.Lock()
         self._todo: queue.Queue[_Job | _Heads | None] = queue.Queue()
         # Saves and drops per entry name: a queued write is made only if it is still the
@@ -222,9 +223,9 @@ class DiskCache:
         return len(self._sizes)
 
     def total_bytes(self) -> int:
-        """What the entries take."""
+        """What the entries and the root's session names take."""
         with self._lock:
-            return sum(self._sizes.values())
+            return sum(self._sizes.values()) + self._names_bytes
 
     @property
     def on(self) -> bool:
@@ -458,6 +459,7 @@ class DiskCache:
             return
         try:
             head = self._header(fd)
+            self._names_bytes = os.fstat(fd).st_size
             heads = head.get("heads")
             if head.get("mark") != self.mark or head.get("scope") != text_out(self.scope):
                 return
@@ -512,6 +514,7 @@ class DiskCache:
         if len(lead) > HEADER_MAX:
             log.info("disk cache: too many session names to keep (%d)", len(heads))
             self._unlink(self._names_file())
+            self._names_bytes = 0
             return
         name = self._names_file()
         with self._heads_file:
@@ -519,6 +522,7 @@ class DiskCache:
             try:
                 tmp, _ = self._written(name, lambda out: out.write(lead))
                 os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+                self._names_bytes = len(lead)
             except OSError as err:
                 log.warning("disk cache: the session names were not saved: %s", err)
                 if tmp is not None:
@@ -667,7 +671,7 @@ class DiskCache:
     def _trim(self) -> None:
         """Remove the oldest entries until all fit under the cap."""
         with self._lock:
-            total = sum(self._sizes.values())
+            total = sum(self._sizes.values()) + self._names_bytes
             if total <= self.cap:
                 return
             names = list(self._sizes)

@@ -524,6 +524,29 @@ def test_an_entry_saved_again_keeps_what_that_mount_did_not_make(
     assert third == fresh
 
 
+def test_the_session_names_count_against_the_cap_and_in_status(tmp_path: Path) -> None:
+    """The root's session names file is part of what the cache takes: ``pisessfs status``
+    shows it, and the cap makes room for it (the oldest entries go first)."""
+    folder = str(tmp_path / "cache")
+    c = disk.DiskCache(folder, 1 << 30, "mark", str(tmp_path))
+    assert c.open()
+    assert c.total_bytes() == 0
+    row = [[1, 2, 3, 4, 5], "a name " * 200, "sid", "/cwd", False]
+    c.keep_heads({str(tmp_path / f"s{i}.jsonl"): row for i in range(50)})
+    names = [p for p in os.listdir(folder) if p.endswith(disk.NAMES)]
+    size = os.path.getsize(os.path.join(folder, names[0]))
+    assert size > 50 * 1400 and c.total_bytes() == size
+    c.close(10)
+    again = disk.DiskCache(folder, size + 100, "mark", str(tmp_path))  # (room for the names)
+    assert again.open()
+    assert again.total_bytes() == size and len(again.heads) == 50
+    tree: disk.File = ([(0, b"t" * 1000, False)], 1000)
+    assert again.save(str(tmp_path / "s0.jsonl"), [1], {}, {"tree": tree})
+    assert again.settle(10)
+    assert len(again) == 0 and again.total_bytes() == size  # (the entry did not fit beside them)
+    again.close(10)
+
+
 def test_the_save_at_unmount_gives_up_after_its_time(tmp_path: Path) -> None:
     """A writer still busy (a big session's conversation.md made again) when the unmount's
     time is up is left behind: the daemon exits before a service manager kills it."""
