@@ -163,6 +163,7 @@ class Root(NodeKind):
         # new sessions, seconds of reads, made off the loop.
         missing = v.store.heads_missing(key.path or v.store.root)
         if len(missing) <= HEADS_INLINE:
+            v.store.prefetch(missing)  # (the listing reads them on the loop)
             return None
         return lambda: v.store.read_heads(missing)
 

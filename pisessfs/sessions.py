@@ -895,13 +895,16 @@ class Store:
         """Blocking: read the heads of ``paths`` (a folder of many new sessions), and have
         the kernel read their disk cache entries ahead."""
         since = self._chmods
-        seen: dict[str, Seen] = {}
-        if self.disk is not None:
-            self.disk.prefetch(paths)
-            if self.disk.heads:
-                seen = self._seen(paths)
+        self.prefetch(paths)
+        seen = self._seen(paths) if self.disk is not None and self.disk.heads else {}
         for path in paths:
             self.head(path, seen.get(path), since)
+
+    def prefetch(self, paths: list[str]) -> None:
+        """Have the kernel read the disk cache entries of ``paths`` ahead (their folder is
+        being listed: a walk reads them next)."""
+        if self.disk is not None and paths:
+            self.disk.prefetch(paths)
 
     def _seen(self, paths: list[str]) -> dict[str, Seen]:
         """``lstat`` of each of ``paths`` and of its folder, one descriptor per folder (a

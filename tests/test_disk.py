@@ -705,14 +705,19 @@ def resident(path: Path) -> int:
     return int(out.stdout.strip() or 0)
 
 
-def test_listing_a_project_reads_its_sessions_entries_ahead(corpus: Path, cache: Path) -> None:
+@pytest.mark.parametrize("count", [12, 3])
+def test_listing_a_project_reads_its_sessions_entries_ahead(
+    corpus: Path, cache: Path, count: int
+) -> None:
     """A later mount's walk reads each session's entry right after listing its project: the
-    listing has the kernel read them ahead, so the walk does not wait for the disk at each."""
+    listing has the kernel read them ahead, so the walk does not wait for the disk at each.
+    A big project's heads are read in a thread, a small one's (``layout.HEADS_INLINE``) on
+    the loop: both are read ahead."""
     need(shutil.which("fincore") is not None, "fincore (util-linux) is not installed")
     big = corpus / "--many--"
     big.mkdir()
     source = next(p for p in corpus.rglob("*.jsonl") if p.name.endswith("_h1.jsonl"))
-    for n in range(12):  # (more than layout.HEADS_INLINE: read in a thread, as big ones are)
+    for n in range(count):
         shutil.copyfile(source, big / f"2026-03-02T09-14-{n:02d}-120Z_m{n}.jsonl")
     walked(corpus, cache)
     ours = [cache / disk.DiskCache(str(cache), 1 << 30, "", "").name(str(p)) for p in big.iterdir()]
