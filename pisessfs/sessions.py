@@ -1078,6 +1078,14 @@ class Store:
                 return Leaving(sf, cur, now)
         return None
 
+    def leaving(self, path: str) -> Leaving | None:
+        """Blocking (a thread): session ``path`` made ready to drop, as :meth:`leave` does
+        for the least recently used one (``--warm`` drops each session it saved)."""
+        sf = self._files.get(path)
+        now = time.monotonic()
+        cur = sf.leave() if sf is not None else None
+        return Leaving(sf, cur, now) if sf is not None and cur is not None else None
+
     def let_go(self, leaving: Leaving) -> bool:
         """On the loop: drop the session :meth:`leave` made ready, unless it was used since."""
         sf = leaving.sf

@@ -1044,12 +1044,15 @@ class View:
 
     def _evicted(self, s: Loaded) -> None:
         """Session ``s`` is about to be dropped from the parse cache (it is still its
-        state, under its lock): what a walk will ask of it again is kept without it."""
+        state, under its lock): what a walk will ask of it again is kept without it. Its
+        files go to the shelf only when they do not go to the disk cache: a read the page
+        cache cannot answer reads the entry (compressing them for the shelf as well cost a
+        drop CPU and the shelf memory, for nothing)."""
         self._evicting = s
         try:
-            self._shelve(s)
             self._keep_links(s)
-            self.save(s)
+            if not self.save(s):
+                self._shelve(s)
         finally:
             self._evicting = None
 

@@ -330,13 +330,15 @@ def logged(log: str, marker: str) -> set[str]:
     return {ln.split(": ")[1] for ln in log.splitlines() if f": {marker}" in ln}
 
 
-def test_a_walk_that_lost_its_pages_reads_dropped_sessions_from_the_shelf(
-    sessions: Path,
+@pytest.mark.parametrize("where", ["shelf", "disk cache"])
+def test_a_walk_that_lost_its_pages_reads_dropped_sessions_from_where_they_were_kept(
+    sessions: Path, where: str
 ) -> None:
     """The kernel's page cache does not keep a walk's pages forever (memory pressure, or a
     memory manager that pages out what was idle for a minute): every session whose pages
     went was parsed and rendered again by the next walk. A session dropped from the parse
-    cache leaves its whole-session files compressed on the shelf, and a read the page
+    cache leaves its whole-session files in its disk cache entry, or, without the disk
+    cache, compressed on the shelf (not both: the shelf is memory), and a read the page
     cache cannot answer is served from there."""
     more = sessions / "--home-ana-src-big--"
     more.mkdir()
@@ -347,7 +349,8 @@ def test_a_walk_that_lost_its_pages_reads_dropped_sessions_from_the_shelf(
             parent = f"{i - 1:08x}" if i else None
             data += damaged.line(damaged.user(f"{i:08x}", parent, text, i))
         (more / f"2026-11-20T10-00-{k:02d}_big{k}.jsonl").write_bytes(data)
-    with mounted(sessions, "--cache-mb", "2", "--cache-idle", "0", "--debug") as m:
+    off = ["--disk-cache", "off"] if where == "shelf" else []
+    with mounted(sessions, "--cache-mb", "2", "--cache-idle", "0", "--debug", *off) as m:
 
         def walk() -> dict[Path, bytes]:
             return {p.relative_to(m.path): data for p, data in walked(m.path).items()}
@@ -356,18 +359,30 @@ def test_a_walk_that_lost_its_pages_reads_dropped_sessions_from_the_shelf(
         first = read_whole(m.log_text())
         assert len(first) == len(set(first))  # each parsed once
 
-        def all_shelved() -> bool:
-            log = m.log_text()
-            return logged(log, "dropped") <= logged(log, "conv shelved")
+        def saved(log: str) -> set[str]:
+            marks = ("disk cache: ", " saved (")
+            lines = [ln for ln in log.splitlines() if all(mark in ln for mark in marks)]
+            return {ln.split(marks[0])[1].rsplit(marks[1], 1)[0] for ln in lines}
 
-        wait_for(all_shelved, 10, "every dropped session's conversation.md on the shelf")
-        assert len(logged(m.log_text(), "dropped")) >= 6  # (the last one walked stays)
+        def all_kept() -> bool:  # (the example fork is never saved: it is shelved)
+            log = m.log_text()
+            return logged(log, "dropped") <= logged(log, "conv shelved") | saved(log)
+
+        wait_for(all_kept, 10, f"every dropped session's files in the {where}")
+        log = m.log_text()
+        big = {p for p in logged(log, "dropped") if "_big" in p}
+        assert len(big) >= 6  # (the last one walked stays)
+        kept, other = (logged(log, "conv shelved"), saved(log))[:: 1 if where == "shelf" else -1]
+        assert big <= kept and not big & other  # in one place, not both
         mine = status_json(os.environ.copy())[str(m.path)]  # pisessfs status says so
-        assert mine["shelved"] >= 6 and 0 < mine["shelved_bytes"] <= 1 << 20  # half the cap
+        if where == "shelf":
+            assert mine["shelved"] >= 6 and 0 < mine["shelved_bytes"] <= 1 << 20  # half the cap
+        else:
+            assert mine["disk_entries"] >= 6
         drop_caches("1")  # every page of every file: the walk reads all again
         assert walk() == expected
         assert read_whole(m.log_text())[len(first) :] == []  # none parsed again
-        assert "read from the shelf" in m.log_text()
+        assert f"read from the {where}" in m.log_text()
     assert m.proc.returncode == 0 and "Traceback" not in m.log_text()
 
 
