@@ -340,12 +340,13 @@ class Operations(pyfuse3.Operations):
         nothing. It never ends the mount: a failure here ends the warm-up, with a line in
         the log."""
         start, done, had, store = time.monotonic(), 0, 0, self.view.store
-        disk = self.view.disk is not None
+        cache = self.view.disk
         try:
             for key in await self._warm_order():
                 while time.monotonic() - _Asked.last < WARM_QUIET or store.shelf.busy():
                     # (the shelf refuses what comes faster than it packs: those would be lost)
                     await trio.sleep(0.01 if store.shelf.busy() else WARM_QUIET)
+                disk = cache is not None and cache.on  # (a cache folder gone: as without)
                 if disk and await trio.to_thread.run_sync(self.view.on_disk, key.path):
                     had += 1
                     continue
@@ -368,7 +369,7 @@ class Operations(pyfuse3.Operations):
                 done += 1
             else:
                 took = time.monotonic() - start
-                held = f" ({had} were in the disk cache)" if disk else ""
+                held = f" ({had} were in the disk cache)" if cache is not None else ""
                 log.info("warm-up: %d sessions rendered in %.1f s%s", done, took, held)
             await trio.sleep(store.min_idle)  # then what is past the cap goes (no request will)
             await self._drop_paced(0, store.min_idle)
