@@ -614,6 +614,7 @@ def _status_json(e: status.Entry, now: float) -> dict[str, object]:
         "disk_cache": (r.disk_cache or None) if r else None,
         "disk_entries": r.disk_entries if r else None,
         "disk_bytes": r.disk_bytes if r else None,
+        "warm_up": (r.warm_up or None) if r else None,
         "rss": e.rss,
         "fresh": e.fresh,
         "updated": r.updated if r else None,
@@ -650,6 +651,8 @@ def _status_text(e: status.Entry, now: float) -> str:
         if r.disk_cache:
             disk = f"{r.disk_cache}: {r.disk_entries} sessions in {_mib(r.disk_bytes)}"
         rows.append(("on disk", disk))
+        if r.warm_up:
+            rows.append(("warm-up", r.warm_up))
     return "\n".join([head, *(f"  {k:<9} {v}" for k, v in rows)])
 
 

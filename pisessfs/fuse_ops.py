@@ -209,6 +209,7 @@ class Operations(pyfuse3.Operations):
         # Folders a recursive removal was told it removed (they stay): the kernel marked its
         # inode dead, so the folder comes back under a new generation, as a new inode.
         self._generation: dict[int, int] = {}
+        self.warming = ""  # where ``--warm`` is, for ``pisessfs status`` ("": not asked for)
 
     async def _ready(self, ino: int, attr_only: bool = False, listing: bool = False) -> None:
         """Bring what ``ino`` shows up to date without holding up other requests."""
@@ -341,8 +342,12 @@ class Operations(pyfuse3.Operations):
         the log."""
         start, done, had, store = time.monotonic(), 0, 0, self.view.store
         cache = self.view.disk
+        self.warming = "listing the sessions"
         try:
-            for key in await self._warm_order():
+            order = await self._warm_order()
+            for at, key in enumerate(order):
+                in_cache = f", {had} were in the disk cache" if cache is not None else ""
+                self.warming = f"at {at} of {len(order)} sessions ({done} rendered{in_cache})"
                 while time.monotonic() - _Asked.last < WARM_QUIET or store.shelf.busy():
                     # (the shelf refuses what comes faster than it packs: those would be lost)
                     await trio.sleep(0.01 if store.shelf.busy() else WARM_QUIET)
@@ -351,7 +356,8 @@ class Operations(pyfuse3.Operations):
                     had += 1
                     continue
                 if not disk and not store.warm_room():
-                    log.info("warm-up: the cache is full after %d sessions", done)
+                    self.warming = f"the cache is full after {done} sessions"
+                    log.info("warm-up: %s", self.warming)
                     break
                 await self._make_room(key.path)
                 try:
@@ -370,10 +376,12 @@ class Operations(pyfuse3.Operations):
             else:
                 took = time.monotonic() - start
                 held = f" ({had} were in the disk cache)" if cache is not None else ""
-                log.info("warm-up: %d sessions rendered in %.1f s%s", done, took, held)
+                self.warming = f"done: {done} sessions rendered in {took:.1f} s{held}"
+                log.info("warm-up: %s", self.warming[len("done: ") :])
             await trio.sleep(store.min_idle)  # then what is past the cap goes (no request will)
             await self._drop_paced(0, store.min_idle)
         except Exception:
+            self.warming = f"failed after {done} sessions (see the log)"
             log.exception("warm-up failed after %d sessions (the mount goes on)", done)
 
     async def _make_room(self, path: str) -> None:

@@ -118,6 +118,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
             parsed=lambda: _parsed(store),
             shelved=lambda: (len(store.shelf), store.shelf.bytes),
             disk=lambda: _on_disk(cache),
+            warm=lambda: ops.warming,
         )
         state.write()
         if ready is not None:

@@ -140,6 +140,7 @@ class Record:
     disk_cache: str = ""  # the disk cache's folder ("": none)
     disk_entries: int = 0  # sessions it holds
     disk_bytes: int = 0  # ... what they take
+    warm_up: str = ""  # where ``--warm`` is ("": not asked for)
     version: str = __version__
     format: int = FORMAT
 
@@ -174,11 +175,12 @@ class Writer:
         parsed: Callable[[], tuple[int, int]],
         shelved: Callable[[], tuple[int, int]] = lambda: (0, 0),
         disk: Callable[[], tuple[str, int, int]] = lambda: ("", 0, 0),
+        warm: Callable[[], str] = lambda: "",
     ) -> None:
         here = mountpoint.top(mnt)
         pid = os.getpid()
         now = time.time()
-        self.parsed, self.shelved, self.disk = parsed, shelved, disk
+        self.parsed, self.shelved, self.disk, self.warm = parsed, shelved, disk, warm
         self.record = Record(
             pid=pid,
             start_ticks=start_ticks(pid) or 0,
@@ -205,6 +207,7 @@ class Writer:
             rec.parsed, rec.parsed_bytes = self.parsed()
             rec.shelved, rec.shelved_bytes = self.shelved()
             rec.disk_cache, rec.disk_entries, rec.disk_bytes = self.disk()
+            rec.warm_up = self.warm()
         except Exception:  # the numbers are a courtesy: the file is still written
             log.debug("counting parsed sessions failed", exc_info=True)
         rec.updated = time.time()

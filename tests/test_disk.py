@@ -27,6 +27,7 @@ from pisessfs.sessions import Store
 from pisessfs.view import Key, NotFound, View
 
 from .conftest import Mount, drop_caches, mounted, named, need, wait_for
+from .test_lifecycle_status import status_json
 
 PARSED = "whole ("  # sessions.py: "read <path> whole (<n> bytes)"
 FROM_DISK = "answers from the disk cache"
@@ -194,6 +195,9 @@ def test_warm_saves_every_session_to_the_cache_and_a_later_warm_renders_none(
         wait_for(lambda: "warm-up:" in m.log_text(), 60, "the warm-up")
         said = f"warm-up: {sessions - saved} sessions rendered in "
         assert said in m.log_text() and f"({saved} were in the disk cache)" in m.log_text()
+        shown = status_json(os.environ.copy())[str(m.path)]["warm_up"]  # pisessfs status
+        assert shown.startswith(f"done: {sessions - saved} sessions rendered in "), shown
+        assert shown.endswith(f" s ({saved} were in the disk cache)"), shown
         start = len(m.log_text())
         assert "needle" in grep(m.path, "needle")
         assert PARSED not in m.log_text()[start:]  # (the forks: parsed by the warm-up)
