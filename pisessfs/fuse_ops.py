@@ -351,28 +351,13 @@ class Operations(pyfuse3.Operations):
                 while time.monotonic() - _Asked.last < WARM_QUIET or store.shelf.busy():
                     # (the shelf refuses what comes faster than it packs: those would be lost)
                     await trio.sleep(0.01 if store.shelf.busy() else WARM_QUIET)
-                disk = cache is not None and cache.on  # (a cache folder gone: as without)
-                if disk and await trio.to_thread.run_sync(self.view.on_disk, key.path):
-                    had += 1
-                    continue
-                if not disk and not store.warm_room():
+                indexing = cache is not None and cache.on  # (a cache folder gone: as without)
+                if not indexing and not store.warm_room():
                     self.warming = f"the cache is full after {done} sessions"
                     log.info("warm-up: %s", self.warming)
                     break
-                await self._make_room(key.path)
-                try:
-                    await self._list_below(self.view.ino(key))  # (numbered again if swept)
-                except (v.ViewError, Unreadable, OSError) as err:  # gone, unreadable: skip it
-                    log.debug("warm-up: %s: %s", key.path, err)
-                    continue
-                if disk and await trio.to_thread.run_sync(self.view.save_one, key.path):
-                    # On disk, it answers a walk from there (a session held parsed made a
-                    # big conversation.md's parts again for a cold read: 13 s against 9.7 s
-                    # for 1 GB), and memory stays low.
-                    leaving = await trio.to_thread.run_sync(store.leaving, key.path)
-                    if leaving is not None:
-                        store.let_go(leaving)
-                done += 1
+                made = await self._warm_one(key, indexing)
+                had, done = had + (made is None), done + bool(made)
             else:
                 took = time.monotonic() - start
                 held = f" ({had} were in the disk cache)" if cache is not None else ""
@@ -383,6 +368,28 @@ class Operations(pyfuse3.Operations):
         except Exception:
             self.warming = f"failed after {done} sessions (see the log)"
             log.exception("warm-up failed after %d sessions (the mount goes on)", done)
+
+    async def _warm_one(self, key: v.Key, indexing: bool) -> bool | None:
+        """Render session ``key`` for the warm-up: True when it did, False when it could not
+        (gone, unreadable), None when it need not (``indexing``: the disk cache holds it as
+        its file is now). Indexing, a session rendered is saved and dropped from memory at
+        once: on disk, it answers a walk from there (held parsed, a big conversation.md made
+        its parts again for a cold read: a walk of 1 GB took 13 s against 9 s), and memory
+        stays low."""
+        store = self.view.store
+        if indexing and await trio.to_thread.run_sync(self.view.on_disk, key.path):
+            return None
+        await self._make_room(key.path)
+        try:
+            await self._list_below(self.view.ino(key))  # (numbered again if swept)
+        except (v.ViewError, Unreadable, OSError) as err:  # gone, unreadable: skip it
+            log.debug("warm-up: %s: %s", key.path, err)
+            return False
+        if indexing and await trio.to_thread.run_sync(self.view.save_one, key.path):
+            leaving = await trio.to_thread.run_sync(store.leaving, key.path)
+            if leaving is not None:
+                store.let_go(leaving)
+        return True
 
     async def _make_room(self, path: str) -> None:
         """Drop sessions the warm-up parsed until session ``path`` fits under the cap (about
