@@ -361,7 +361,8 @@ class Operations(pyfuse3.Operations):
             else:
                 took = time.monotonic() - start
                 held = f" ({had} were in the disk cache)" if cache is not None else ""
-                self.warming = f"done: {done} sessions rendered in {took:.1f} s{held}"
+                rendered = "1 session" if done == 1 else f"{done} sessions"
+                self.warming = f"done: {rendered} rendered in {took:.1f} s{held}"
                 log.info("warm-up: %s", self.warming[len("done: ") :])
             await trio.sleep(store.min_idle)  # then what is past the cap goes (no request will)
             await self._drop_paced(0, store.min_idle)
