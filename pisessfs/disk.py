@@ -458,8 +458,8 @@ class DiskCache:
         except OSError:
             return
         try:
-            head = self._header(fd)
-            self._names_bytes = os.fstat(fd).st_size
+            head, which = self._header_which(fd)
+            self._names_bytes = which[2]  # (its size)
             heads = head.get("heads")
             if head.get("mark") != self.mark or head.get("scope") != text_out(self.scope):
                 return

@@ -1073,18 +1073,16 @@ class Store:
             idle_paths = itertools.islice(self._idle(now, idle), LEAVE_TRIES)
             oldest = [self._files[path] for path, _ in idle_paths]
         for sf in oldest:  # (outside the lock: the loop's requests take it, and this is slow)
-            cur = sf.leave()
-            if cur is not None:
-                return Leaving(sf, cur, now)
+            made = _leaving(sf, now)
+            if made is not None:
+                return made
         return None
 
     def leaving(self, path: str) -> Leaving | None:
         """Blocking (a thread): session ``path`` made ready to drop, as :meth:`leave` does
         for the least recently used one (``--warm`` drops each session it saved)."""
         sf = self._files.get(path)
-        now = time.monotonic()
-        cur = sf.leave() if sf is not None else None
-        return Leaving(sf, cur, now) if sf is not None and cur is not None else None
+        return _leaving(sf, time.monotonic()) if sf is not None else None
 
     def let_go(self, leaving: Leaving) -> bool:
         """On the loop: drop the session :meth:`leave` made ready, unless it was used since."""
@@ -1123,6 +1121,12 @@ class Store:
         for path in gone:
             del self._lru[path]
         return len(gone)
+
+
+def _leaving(sf: SessionFile, now: float) -> Leaving | None:
+    """``sf`` made ready to drop (``SessionFile.leave``), as of ``now``; None if it may not."""
+    cur = sf.leave()
+    return Leaving(sf, cur, now) if cur is not None else None
 
 
 #: A session file's ``lstat`` and its folder's mode (what its name may show depends on both).
