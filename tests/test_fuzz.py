@@ -22,12 +22,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
+from pisessfs import jsonl as jsonl_module
 from pisessfs import render, summary
 from pisessfs.jsonl import Parser, loads_js
 from pisessfs.sessions import Loaded, Store
-from tests import fuzzgen
+from tests import damaged, fuzzgen
 from tests.conftest import need, pi, pi_missing
 
 FILES = 700  # the Pi batch reads them in a few seconds; the whole module takes about a minute
@@ -136,6 +138,81 @@ def test_a_file_fed_in_pieces_parses_as_the_whole(corpus: Path) -> None:
             pieces.feed(data[at : at + step])
             at += step
         assert parse_state(pieces) == parse_state(whole), path.name
+
+
+#: Message lines the skim must read as a whole decode does: repeated keys (the last wins),
+#: escaped keys, contents that only the slow path loads (invalid UTF-8, a number past a
+#: double, lone surrogates, deep nesting), a message that is not an object, odd roles.
+_SKIM_CASES = [
+    b'{"type":"message","id":"s1","parentId":null,"message":{"role":"user"},"message":{"role":"toolResult","toolName":"bash"}}',
+    b'{"type":"message","id":"s2","id":"s3","parentId":"s1","message":{"role":"user","role":"assistant"}}',
+    b'{"\\u0074ype":"message","\\u0069d":"s4","parentId":"s3","message":{"r\\u006fle":"user"}}',
+    b'{"type":"message","id":"s5","parentId":"s4","message":{"role":"user","content":"\xff\xfe"}}',
+    b'{"type":"message","id":"s6","parentId":"s5","message":{"role":"user","content":1e400}}',
+    b'{"type":"message","id":"s7","parentId":"s6","message":{"role":"user","content":"\\ud800"}}',
+    b'{"type":"message","id":"s8","parentId":"s7","message":{"role":"user","content":'
+    + b"[" * 3000
+    + b"]" * 3000
+    + b"}}",
+    b'{"type":"message","id":"s9","parentId":"s8","message":"hi"}',
+    b'{"type":"message","id":"sa","parentId":"s9","message":{"role":"user"},"message":null}',
+    b'{"type":"message","id":"sb","parentId":"sa","timestamp":7,"message":{"role":"user"}}',
+    b'{"type":"message","id":"sc","parentId":"sb","message":{"role":"toolResult","toolName":[1]}}',
+    b'{"type":"message","id":"sd","parentId":"sc","message":{"role":"weird"}}',
+    b'{"type":"message","id":"se","parentId":"sd","message":{"role":"user"}} x',
+    b'{"type":"message","id":"","parentId":"sd","message":{"role":"user"}}',
+    b'{"type":"message","id":"sf","parentId":1,"message":{"role":"user"}}',
+    b'{"type":"message","id":"sg","parentId":"se","message":{"role":"user","content":"'
+    + "é → ✓".encode()
+    + b'"}}',
+]
+
+
+def test_a_skimmed_line_makes_the_entry_a_whole_decode_makes(
+    corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``jsonl._skim`` (a message line's header fields, its contents checked but not
+    built) gives every file the entries and problems it has when each line is decoded
+    whole, and skims most message lines of plain sessions."""
+    from tests.conftest import fixture_files
+
+    hand = b"\n".join([damaged.line(damaged.HEADER), *_SKIM_CASES]) + b"\n"
+    datas = [p.read_bytes() for p in [*files_of(corpus), *fixture_files()]] + [hand]
+    skimmed = [parse_state(_parsed(d)) for d in datas]
+    used = jsonl_module._skim
+
+    def whole_only(raw: bytes) -> Any:
+        raise msgspec.DecodeError("the whole decode only")
+
+    monkeypatch.setattr(jsonl_module, "_skim", whole_only)
+    for data, state in zip(datas, skimmed, strict=True):
+        assert parse_state(_parsed(data)) == state
+    monkeypatch.setattr(jsonl_module, "_skim", used)
+    counted = _counting(monkeypatch)
+    for f in fixture_files():
+        _parsed(f.read_bytes())
+    assert counted["made"] > 0.9 * counted["message lines"], counted
+
+
+def _parsed(data: bytes) -> Parser:
+    p = Parser()
+    p.feed(data)
+    return p
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Counts the message lines parsed and the entries the skim made."""
+    counted: Counter[str] = Counter()
+    skim = Parser._skimmed
+
+    def counting(self: Parser, raw: bytes, *args: int) -> bool:
+        counted["message lines"] += b'"type":"message"' in raw
+        made = skim(self, raw, *args)
+        counted["made"] += made
+        return made
+
+    monkeypatch.setattr(Parser, "_skimmed", counting)
+    return counted
 
 
 # -- Pi's view is ours ----------------------------------------------------------------------
