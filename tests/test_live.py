@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests import damaged
-from tests.conftest import RECIPE, Mount, pi, wait_for
+from tests.conftest import RECIPE, Mount, mounted, pi, wait_for
 
 PARENT = "74cc97d5"
 
@@ -64,6 +64,37 @@ def test_unentered_session_is_read_when_entered(mount: Mount) -> None:
     folder = mount.path / RECIPE
     (new,) = pi("--append", str(real_of(folder)), PARENT, "before anyone looked")
     wait_for(lambda: current_id(folder) == new, 5, "the entry")
+
+
+def test_a_line_that_takes_an_earlier_id_shows_as_a_fresh_mount_shows_it(
+    mount: Mount, sessions: Path
+) -> None:
+    """A later line with an earlier entry's id wins it (as in Pi): what the kernel cached of
+    that entry's files, of conversation.md and of the branch views is not served stale."""
+    folder = mount.path / RECIPE
+    f = real_of(folder)
+    taken = next(d for d in map(json.loads, f.read_bytes().splitlines()) if _role(d) == "user")
+    shown = ["conversation.md", "current.md", "tree.txt"]
+    for name in shown:
+        (folder / name).read_bytes()  # in the kernel's page cache now
+    before = {p.name: p.read_bytes() for p in (folder / "current").iterdir()}
+    again = {**taken, "message": {**taken["message"], "content": "taken over"}}
+    with f.open("ab") as out:
+        out.write(json.dumps(again).encode() + b"\n")
+    wait_for(lambda: current_id(folder) == taken["id"], 5, "the line that took the id")
+    after = {p.name: p.read_bytes() for p in (folder / "current").iterdir()}
+    assert after != before and b"taken over\n" in after.values()
+    with mounted(sessions) as fresh:
+        other = fresh.path / RECIPE
+        assert {p.name: p.read_bytes() for p in (other / "current").iterdir()} == after
+        for name in shown:
+            assert (folder / name).read_bytes() == (other / name).read_bytes(), name
+    assert (folder / "conversation.md").read_bytes().count(b"taken over\n") == 2  # both lines
+
+
+def _role(d: object) -> object:
+    msg = d.get("message") if isinstance(d, dict) else None
+    return msg.get("role") if isinstance(msg, dict) else None
 
 
 def test_new_and_removed_session_files_and_projects(mount: Mount, sessions: Path) -> None:
