@@ -58,7 +58,7 @@ from .errors import (
 )
 from .handles import ConvSnapshot, FileSnapshot, Later, OnDisk, Snapshot, Unshelved
 from .kept import Answers, Kept
-from .layout import KINDS, RAW, WHOLE_KINDS, Growth, Request, fork_holds, fork_of
+from .layout import KINDS, RAW, WHOLE_KINDS, Fork, Growth, Request, fork_holds, fork_of
 from .model import Entry
 from .names import VIEW_SUFFIX, id_name, name_id, utf8
 from .scratch import Node, Overlay
@@ -1004,6 +1004,8 @@ class View:
             held = self._from_disk(sf, st)
         if held is not None and held.fork is not None and not fork_holds(self, key.path, held.fork):
             self._kept.drop(key.path)  # its parent came or went: the fork answers again
+            if held.stored is not None and self.disk is not None:
+                self.disk.drop(key.path)  # (else each request would load the entry again)
             return None
         return held
 
@@ -1142,15 +1144,16 @@ class View:
     def save(self, s: Loaded) -> bool:
         """Write what session ``s`` answered, and its whole-session files, to the disk cache
         (in its thread), when they are what a render of its file as it is now gives: not a
-        fork's (its ``parent`` link follows other files), not a ``conversation.md`` that
-        grew in this mount (see ``Conversation.adds``), not of a file that changed since it
-        was read (its ctime moved: a rewrite that kept size and mtime too)."""
+        ``conversation.md`` that grew in this mount (see ``Conversation.adds``), not of a
+        file that changed since it was read (its ctime moved: a rewrite that kept size and
+        mtime too). A fork's ``parent`` link, which follows other files, is saved with what
+        it led to, and checked again at its first use (``kept``)."""
         sf = self.store.known(s.path)
         if self.disk is None or sf is None or s.ident is None:
             return False
         held = self._kept.get(s.path, s.ident)
         conv = s.memo.get("conversation")
-        if held is None or held.fork is not None or (conv is not None and conv.adds > 1):
+        if held is None or (conv is not None and conv.adds > 1):
             return False
         try:
             st = sf.stat()
@@ -1223,7 +1226,8 @@ class View:
 
     def _answers_out(self, s: Loaded, held: Answers) -> dict[str, Any]:
         """``held`` as JSON: keys instead of inode numbers (another mount numbers them
-        anew), an entry's epoch as "the session's", and each stat once, in a table the
+        anew), an entry's epoch as "the session's", a fork's parent as the file its header
+        names and where its link led (``_fork_in``), and each stat once, in a table the
         rest name by its row (reading them back is much of a cold walk of the cache: a
         listing's rows repeat what ``getattr`` answered)."""
 
@@ -1256,7 +1260,10 @@ class View:
                 listings.append([where, named])
         links = [[at(i), target.decode("latin-1")] for i, target in held.links.items()]
         found = [[at(f), out(n), row(a)] for (f, n), a in held.found.items()]
+        fork = held.fork
+        link = None if fork is None or fork.link is None else out(fork.link)
         return {
+            "fork": None if fork is None else [out(fork.named), link],
             "attrs": [i for i in map(row, held.attrs.values()) if i is not None],
             "listings": listings,
             "links": [r for r in links if r[0] is not None],
@@ -1307,7 +1314,7 @@ class View:
                 raise ValueError(f"not a row: {i!r}")
             return table[i]
 
-        held = Answers(ident)
+        held = Answers(ident, fork=self._fork_in(path, raw.get("fork")))
         for i in raw.get("attrs", ()):
             a = row(i)
             held.attrs[a.ino] = a
@@ -1321,6 +1328,17 @@ class View:
             held.absent.add((self.ino(key(at)), name(n)))
         held.count = len(held.attrs) + sum(map(len, held.listings.values())) + len(held.found)
         return held
+
+    def _fork_in(self, path: str, raw: object) -> Fork | None:
+        """A saved fork's parent link, to be looked for again at its first use (``kept``);
+        the fork is one whose listing a session file coming or going changes."""
+        if raw is None:
+            return None
+        if not isinstance(raw, list) or len(raw) != 2:
+            raise ValueError(f"not a fork: {raw!r}")
+        named, link = raw
+        self.forks.add(path)
+        return Fork(disk.text_in(named), None if link is None else disk.text_in(link), -math.inf)
 
     def _from_disk_file(self, later: Later, key: Key) -> bool:
         """Serve ``later`` from the disk cache entry its answers came from, if any."""

@@ -78,7 +78,7 @@ def parsed(log: str) -> list[str]:
 
 def forks(root: Path) -> list[Path]:
     """The sessions whose header names a parent session: their ``parent`` link follows other
-    files, so they are not saved (each mount parses them)."""
+    files (it is saved with what it led to, and looked for again at its first use)."""
     out = []
     for p in root.rglob("*.jsonl"):
         with p.open("rb") as f:
@@ -147,16 +147,47 @@ def test_a_second_mount_answers_from_the_cache_what_parsing_gives(
     sessions = list(corpus.rglob("*.jsonl"))
     assert forks(corpus)  # (the examples have one)
     assert len(parsed(log1)) >= len(sessions)  # the first mount parsed every one
-    assert len(entries(cache)) == len(sessions) - len(forks(corpus))  # and saved them
+    assert len(entries(cache)) == len(sessions)  # and saved them, the fork too
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
     assert {stat.S_IMODE(p.stat().st_mode) for p in entries(cache)} == {0o600}
 
     second, log2 = walked(corpus, cache)
     fresh, _ = walked(corpus, tmp_path / "other", "--disk-cache", "off")
     assert second == fresh == first  # every name, link, byte and attribute, hostile ids too
-    assert len(parsed(log2)) == len(forks(corpus))  # ... and only the forks parsed for it
+    assert parsed(log2) == []  # ... and parsed none for it
     assert log2.count(FROM_DISK) == len(entries(cache))
     assert "read from the disk cache" in log2
+
+
+def test_a_saved_fork_shows_its_parent_link_as_the_mount_finds_it_now(
+    corpus: Path, cache: Path, tmp_path: Path
+) -> None:
+    """A fork is saved with where its ``parent`` link led: a later mount answers it from the
+    cache while the parent is where it was, and parses the fork again when the parent went
+    away (no link then) or came back (the link again), as a mount without the cache shows."""
+    fork, parent = next(
+        (f, p) for f in forks(corpus) if (p := f.with_name(_parent_named(f))).exists()
+    )
+    first, _ = walked(corpus, cache)
+    link = next(k for k, v in first.items() if k.endswith("/parent") and len(v) == 6)
+    again, log = walked(corpus, cache)
+    assert again == first and parsed(log) == []  # the fork from the cache too
+
+    away = tmp_path / parent.name
+    parent.rename(away)  # (the parent's own entry is dropped: its file is gone)
+    gone, log = walked(corpus, cache)
+    assert link not in gone and [ln for ln in parsed(log) if fork.name in ln]
+    assert gone == walked(corpus, tmp_path / "none", "--disk-cache", "off")[0]
+    away.rename(parent)
+    back, log = walked(corpus, cache)
+    assert back[link] == first[link] and [ln for ln in parsed(log) if fork.name in ln]
+    assert back == walked(corpus, tmp_path / "none", "--disk-cache", "off")[0]
+
+
+def _parent_named(fork: Path) -> str:
+    """The file name of the parent session a fork's header names."""
+    with fork.open("rb") as f:
+        return os.path.basename(str(json.loads(f.readline())["parentSession"]))
 
 
 def test_grep_through_a_cached_mount_finds_what_a_parsed_one_does(
@@ -167,7 +198,7 @@ def test_grep_through_a_cached_mount_finds_what_a_parsed_one_does(
     finished(m)
     with mounted(corpus, "--disk-cache", str(cache), "--debug") as m:
         after = grep(m.path, "needle")
-    assert len(parsed(finished(m))) == len(forks(corpus))
+    assert parsed(finished(m)) == []
     assert after == before
     texts = [ln for ln in after.splitlines() if "/conversation.md:" in ln]
     assert len(texts) == 12  # both hostile sessions, each message once
@@ -181,8 +212,7 @@ def test_warm_saves_every_session_to_the_cache_and_a_later_warm_renders_none(
     each is dropped as it goes); a later mount's warm-up skips every session the cache
     holds, and its first walk parses nothing. Without the disk cache it still stops when
     the memory cap is reached."""
-    sessions = len(list(corpus.rglob("*.jsonl")))
-    saved = sessions - len(forks(corpus))
+    saved = sessions = len(list(corpus.rglob("*.jsonl")))
     with mounted(corpus, "--disk-cache", str(cache), "--warm", "--cache-mb", "0") as m:
         wait_for(lambda: "warm-up:" in m.log_text(), 60, "the warm-up")
         said = f"warm-up: {sessions} sessions rendered in "
@@ -193,16 +223,14 @@ def test_warm_saves_every_session_to_the_cache_and_a_later_warm_renders_none(
     assert len(entries(cache)) == saved
     with mounted(corpus, "--disk-cache", str(cache), "--warm", "--debug") as m:
         wait_for(lambda: "warm-up:" in m.log_text(), 60, "the warm-up")
-        forked = sessions - saved  # (rendered again: never saved)
-        rendered = "1 session" if forked == 1 else f"{forked} sessions"
+        rendered = "0 sessions"
         said = f"warm-up: {rendered} rendered in "
         assert said in m.log_text() and f"({saved} were in the disk cache)" in m.log_text()
         shown = status_json(os.environ.copy())[str(m.path)]["warm_up"]  # pisessfs status
         assert shown.startswith(f"done: {rendered} rendered in "), shown
         assert shown.endswith(f" s ({saved} were in the disk cache)"), shown
-        start = len(m.log_text())
         assert "needle" in grep(m.path, "needle")
-        assert PARSED not in m.log_text()[start:]  # (the forks: parsed by the warm-up)
+        assert PARSED not in m.log_text()  # (neither by the warm-up nor by the walk)
     finished(m)
     with mounted(corpus, "--disk-cache", "off", "--warm", "--cache-mb", "0") as m:
         wait_for(lambda: "warm-up:" in m.log_text(), 60, "the warm-up")
@@ -228,7 +256,7 @@ def test_a_session_that_changed_is_parsed_again_and_shows_its_change(
     second, log = walked(corpus, cache)
     changed_files = [line for line in parsed(log) if "--hostile--" in line]
     assert len(changed_files) == 2  # the two that changed ...
-    assert len(parsed(log)) == 2 + len(forks(corpus))  # ... and only those (and the forks)
+    assert len(parsed(log)) == 2  # ... and only those
     conv = next(v for k, v in second.items() if "h1" in k and k.endswith("conversation.md"))
     assert b"appended between mounts" in conv[-1]  # type: ignore[operator]
     changed = {k for k in first if first[k] != second.get(k)}
@@ -249,7 +277,7 @@ def test_a_session_deleted_between_mounts_leaves_no_entry(corpus: Path, cache: P
             "the deleted session's name gone from the cache",
         )
     finished(m)
-    assert len(entries(cache)) == len(list(corpus.rglob("*.jsonl"))) - len(forks(corpus))
+    assert len(entries(cache)) == len(list(corpus.rglob("*.jsonl")))
 
 
 def test_a_session_trashed_through_the_mount_loses_its_entry(
@@ -278,7 +306,7 @@ def test_damaged_entries_are_not_used_and_removed(corpus: Path, cache: Path) -> 
     reframed(saved[3], lambda head: head.update(answers=[]))  # (not a dict)
     second, log = walked(corpus, cache)
     assert second == first
-    assert len(parsed(log)) == 4 + len(forks(corpus))  # those four parsed again ...
+    assert len(parsed(log)) == 4  # those four parsed again ...
     assert "is not sound" in log  # (the two whose frame holds: read, then refused)
     assert len(entries(cache)) == len(saved)  # ... and saved anew
 
@@ -370,7 +398,7 @@ def test_a_time_past_64_bits_saves_the_rest(corpus: Path, cache: Path, tmp_path:
     far.write_text("".join(json.dumps(r) + "\n" for r in rows))
     first, _ = walked(corpus, cache)
     sessions = list(corpus.rglob("*.jsonl"))
-    assert len(entries(cache)) == len(sessions) - len(forks(corpus)) - 1
+    assert len(entries(cache)) == len(sessions) - 1
     second, _ = walked(corpus, cache)
     assert second == first
 
@@ -509,7 +537,7 @@ def test_rg_on_a_later_mount_parses_nothing(corpus: Path, cache: Path) -> None:
     with mounted(corpus, "--disk-cache", str(cache), "--debug") as m:
         found = subprocess.run(["rg", "-c", "needle", str(m.path)], capture_output=True)
         assert found.returncode == 0
-    assert len(parsed(finished(m))) == len(forks(corpus))
+    assert parsed(finished(m)) == []
 
 
 def test_an_entry_saved_again_keeps_what_that_mount_did_not_make(
@@ -525,7 +553,7 @@ def test_an_entry_saved_again_keeps_what_that_mount_did_not_make(
         assert os.listdir(leaf)  # (an entry folder: the session is parsed)
     assert any("_h1" in line for line in parsed(finished(m)))
     third, log = walked(corpus, cache)
-    assert len(parsed(log)) == len(forks(corpus))
+    assert parsed(log) == []
     fresh, _ = walked(corpus, tmp_path / "other", "--disk-cache", "off")
     assert third == fresh
 

@@ -364,7 +364,7 @@ def test_a_walk_that_lost_its_pages_reads_dropped_sessions_from_where_they_were_
             lines = [ln for ln in log.splitlines() if all(mark in ln for mark in marks)]
             return {ln.split(marks[0])[1].rsplit(marks[1], 1)[0] for ln in lines}
 
-        def all_kept() -> bool:  # (the example fork is never saved: it is shelved)
+        def all_kept() -> bool:
             log = m.log_text()
             return logged(log, "dropped") <= logged(log, "conv shelved") | saved(log)
 
