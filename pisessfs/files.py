@@ -186,9 +186,7 @@ class Files:
         """
         try:
             with self.parent(path) as (dfd, name):
-                fd = os.open(
-                    name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dfd
-                )
+                fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dfd)
         except OSError as err:
             if err.errno in (errno.EMFILE, errno.ENFILE):
                 report_once(f"open {path}", err)

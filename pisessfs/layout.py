@@ -47,6 +47,7 @@ class Request:
     listing: bool
     waited: Waited
 
+
 RAW = ".session.jsonl"  # the real file's bytes: session.jsonl links here; never listed
 
 

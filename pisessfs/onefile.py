@@ -304,7 +304,6 @@ class Conversation:
             return g, list(g.items)
 
 
-
 def entry_block(p: Piece, e: Entry, after: str | None) -> bytes:
     """An entry of conversation.md (``after``: what it continues from, when that is not the
     entry above it): its images are in its own node's folder."""

@@ -620,10 +620,17 @@ _BY_ROLE: dict[str, Callable[[dict[str, Any], dict[str, Any], Context], bytes]] 
 }
 
 
-KNOWN_NOTES = frozenset({
-    "model_change", "thinking_level_change", "label", "session_info", "usage", "custom",
-    "context_edit",
-})  # the entry types that take no number whose preview says all a reader needs
+KNOWN_NOTES = frozenset(
+    {
+        "model_change",
+        "thinking_level_change",
+        "label",
+        "session_info",
+        "usage",
+        "custom",
+        "context_edit",
+    }
+)  # the entry types that take no number whose preview says all a reader needs
 _LINE_KEYS = ("type", "id", "parentId", "timestamp")
 
 
@@ -773,9 +780,11 @@ def preview(d: dict[str, Any], call: str | None = None) -> str:
     if etype == "custom_message":
         return f"[{_s(d.get('customType'))}]: " + one_line(content_text(d.get("content")))
     simple = {
-        "model_change": lambda: "[model: "
-        + "/".join(x for x in (_s(d.get("provider")), _s(d.get("modelId"))) if x)
-        + "]",
+        "model_change": lambda: (
+            "[model: "
+            + "/".join(x for x in (_s(d.get("provider")), _s(d.get("modelId"))) if x)
+            + "]"
+        ),
         "thinking_level_change": lambda: f"[thinking: {_s(d.get('thinkingLevel'))}]",
         "label": lambda: f"[label: {_s(d.get('label'))}]" if d.get("label") else "[label cleared]",
         "session_info": lambda: f"[name: {one_line(_s(d.get('name')))}]",

@@ -72,6 +72,7 @@ FREEZE_EVERY = 100_000  # appended entries after which the collector stops walki
 
 Work = Callable[[], object]  # blocking work a step hands back, to run off the loop
 
+
 class _Collector:
     """The cyclic collector paused while a session is parsed, indexed or rendered whole.
 

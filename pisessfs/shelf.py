@@ -172,4 +172,3 @@ class Shelf:
 
     def __len__(self) -> int:
         return len(self._items)
-

@@ -343,12 +343,16 @@ class View:
             hit[0] == s.version or (s.path, kind, hit[0]) in (waited or ())  # one per request
         ):
             return None
-        if hit is not None and not KINDS[kind].append_only and (
-            any_version
-            # A session that keeps growing is rendered again no sooner than its last
-            # rendering took: tree.txt lags by one rendering, the session's lock is free
-            # for its appends most of the time, and a core is left for other requests.
-            or time.monotonic() - hit[2] < hit[3]
+        if (
+            hit is not None
+            and not KINDS[kind].append_only
+            and (
+                any_version
+                # A session that keeps growing is rendered again no sooner than its last
+                # rendering took: tree.txt lags by one rendering, the session's lock is free
+                # for its appends most of the time, and a core is left for other requests.
+                or time.monotonic() - hit[2] < hit[3]
+            )
         ):
             return None
         if s.size < INLINE_BYTES:

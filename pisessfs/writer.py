@@ -229,6 +229,7 @@ def _fresh_id(s: Loaded) -> str:
 
 # -- what Pi reads back ------------------------------------------------------------------------
 
+
 def has_own_id(s: Loaded, eid: str) -> bool:
     """Whether entry ``eid`` has that id in its line (ids like ``L12`` are made up for lines
     without one: Pi cannot point at those)."""

@@ -397,9 +397,7 @@ def checked(ctx: Ctx, part: str, session: Path, succeeded: list[str]) -> Lines:
     return lines
 
 
-def mount_saves(
-    folder: Path, clock: Clock, reads: Clock, seconds: float
-) -> tuple[list[str], int]:
+def mount_saves(folder: Path, clock: Clock, reads: Clock, seconds: float) -> tuple[list[str], int]:
     """Saves of every kind in turn for ``seconds``: (tokens of the saves that said success,
     how many were tried). Finding the file a save edits (a listing of the leaf folder) is
     timed by ``reads``, the save itself by ``clock``."""

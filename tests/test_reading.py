@@ -182,32 +182,84 @@ MADE_UP = [
     {"type": "session", "version": 3, "id": "made-up", "timestamp": T.format(0), "cwd": "/w"},
     msg("u1", None, 1, role="user", content="first question"),
     msg(
-        "a1", "u1", 2, role="assistant", provider="p", model="m", stopReason="toolUse",
+        "a1",
+        "u1",
+        2,
+        role="assistant",
+        provider="p",
+        model="m",
+        stopReason="toolUse",
         content=[
-            {"type": "toolCall", "id": "call_abcdef123456", "name": "deploy",
-             "arguments": {"target": "prod", "script": 'echo "hi"\nexit 0',
-                           "opts": {"dry": True, "tags": ["a", "b"]}}},
+            {
+                "type": "toolCall",
+                "id": "call_abcdef123456",
+                "name": "deploy",
+                "arguments": {
+                    "target": "prod",
+                    "script": 'echo "hi"\nexit 0',
+                    "opts": {"dry": True, "tags": ["a", "b"]},
+                },
+            },
             {"type": "sparkle", "level": 3, "note": 'a "quoted"\nnote'},
         ],
     ),
-    msg("r1", "a1", 3, role="toolResult", toolCallId="call_abcdef123456", toolName="deploy",
-        content=[{"type": "text", "text": "deployed"}], isError=False,
-        nestedCalls={"complete": True, "calls": [
-            {"name": "bash", "status": "ok", "arguments": {"command": "make"}, "durationMs": 5}
-        ]}),
-    line("c1", "r1", 4, type="compaction", summary="we deployed", firstKeptEntryId="a1",
-         tokensBefore=1234),
-    line("e1", "c1", 5, type="context_edit", targetId="r1",
-         replacement={"content": [{"type": "text", "text": "deploy said: fine"}]}),
+    msg(
+        "r1",
+        "a1",
+        3,
+        role="toolResult",
+        toolCallId="call_abcdef123456",
+        toolName="deploy",
+        content=[{"type": "text", "text": "deployed"}],
+        isError=False,
+        nestedCalls={
+            "complete": True,
+            "calls": [
+                {"name": "bash", "status": "ok", "arguments": {"command": "make"}, "durationMs": 5}
+            ],
+        },
+    ),
+    line(
+        "c1",
+        "r1",
+        4,
+        type="compaction",
+        summary="we deployed",
+        firstKeptEntryId="a1",
+        tokensBefore=1234,
+    ),
+    line(
+        "e1",
+        "c1",
+        5,
+        type="context_edit",
+        targetId="r1",
+        replacement={"content": [{"type": "text", "text": "deploy said: fine"}]},
+    ),
     line("e2", "e1", 6, type="context_edit", targetId="u1", replacement=None),
     msg("x1", "e2", 7, role="oracle", content="a role Pi does not have", mood={"k": 'v "q"'}),
-    line("z1", "x1", 8, type="hologram", payload={"beam": 'l1\nl2'}),
+    line("z1", "x1", 8, type="hologram", payload={"beam": "l1\nl2"}),
     line("b1", "u1", 9, type="branch_summary", fromId="x1", summary="tried a deploy"),
-    msg("s1", "b1", 9, role="system", toolsAdded=[{
-        "name": "deploy", "description": "Ship it.", "parameters": {
-            "type": "object", "required": ["target"],
-            "properties": {"target": {"type": "string", "description": "where"},
-                           "dry": {"type": "boolean"}}}}]),
+    msg(
+        "s1",
+        "b1",
+        9,
+        role="system",
+        toolsAdded=[
+            {
+                "name": "deploy",
+                "description": "Ship it.",
+                "parameters": {
+                    "type": "object",
+                    "required": ["target"],
+                    "properties": {
+                        "target": {"type": "string", "description": "where"},
+                        "dry": {"type": "boolean"},
+                    },
+                },
+            }
+        ],
+    ),
 ]
 
 
@@ -222,7 +274,7 @@ def test_made_up_kinds_read_as_text(tmp_path: Path) -> None:
         tree = (session / "tree.txt").read_text()
     call = files["0002-assistant.md"]
     assert "model: p/m\ntime: 2026-11-20 10:00:02\n" in call
-    assert "**→ deploy**\ntarget: prod\nscript:\n```\necho \"hi\"\nexit 0\n```\n" in call
+    assert '**→ deploy**\ntarget: prod\nscript:\n```\necho "hi"\nexit 0\n```\n' in call
     assert "opts.dry: true\nopts.tags[0]: a\nopts.tags[1]: b\n" in call
     assert '[sparkle]\nlevel: 3\nnote:\n```\na "quoted"\nnote\n```' in call
     result = files["0003-tool-deploy.md"]

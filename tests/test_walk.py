@@ -603,4 +603,3 @@ def test_a_big_conversation_reads_the_same_when_the_page_cache_lost_it(
         out = subprocess.run(["grep", "-c", "message 02499 ", str(conv)], capture_output=True)
         assert out.stdout == b"1\n"
     assert m.proc.returncode == 0 and "Traceback" not in m.log_text()
-

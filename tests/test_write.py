@@ -475,8 +475,12 @@ def test_kill_9_in_the_middle_of_a_line_still_leaves_the_whole_line(
         real = Path(os.getxattr(m.path / RECIPE, "user.pi.file").decode())
         size = real.stat().st_size
         saver = subprocess.Popen(
-            ["python3", "-c", "import sys; open(sys.argv[1], 'w').write(sys.stdin.read())",
-             str(m.path / RECIPE / "nodes" / PARENT / "k.md")],
+            [
+                "python3",
+                "-c",
+                "import sys; open(sys.argv[1], 'w').write(sys.stdin.read())",
+                str(m.path / RECIPE / "nodes" / PARENT / "k.md"),
+            ],
             stdin=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
