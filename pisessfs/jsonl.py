@@ -572,8 +572,8 @@ class Parser:
             if not raw.isascii():
                 raw.decode()
             h = _skim(raw)
-        except (UnicodeDecodeError, msgspec.DecodeError, RecursionError):
-            return False  # (a value of a field's wrong type is a DecodeError too)
+        except Exception:  # (invalid UTF-8, not JSON, a field of the wrong type, too deep)
+            return False  # the whole decode decides, and records what it finds
         msg, eid, parent, ts = h.message, h.id, h.parentId, h.timestamp
         if (
             h.type != "message"
