@@ -53,10 +53,35 @@ IGNORED_PREFIXES = ("x-", "user=", "comment=")
 
 
 def default_sessions() -> Path:
-    """``$PI_CODING_AGENT_DIR/sessions``, else ``~/.pi/agent/sessions`` (as Pi finds it)."""
-    agent = os.environ.get("PI_CODING_AGENT_DIR")
-    base = Path(agent).expanduser() if agent else Path.home() / ".pi" / "agent"
-    return base / "sessions"
+    """Where Pi keeps its sessions, found as Pi 1.6 finds it: ``$PI_CODING_AGENT_SESSION_DIR``,
+    else the ``sessionDir`` of Pi's user settings (``<agent dir>/settings.json``), else
+    ``<agent dir>/sessions``; the agent dir is ``$PI_CODING_AGENT_DIR``, else ``~/.pi/agent``.
+    A relative ``sessionDir`` is not used: Pi reads it from each project's folder."""
+    env = os.environ.get("PI_CODING_AGENT_SESSION_DIR")
+    if env:
+        return _pi_path(env)
+    agent_env = os.environ.get("PI_CODING_AGENT_DIR")
+    agent = _pi_path(agent_env) if agent_env else Path.home() / ".pi" / "agent"
+    return _configured_sessions(agent / "settings.json") or agent / "sessions"
+
+
+def _pi_path(text: str) -> Path:
+    """A path as Pi reads one from its settings or environment (``~`` and ``~/`` only)."""
+    if text == "~" or text.startswith("~/"):
+        return Path.home() / text[2:]
+    return Path(text)
+
+
+def _configured_sessions(settings: Path) -> Path | None:
+    """The absolute ``sessionDir`` of Pi's settings file, if it names one."""
+    try:
+        value = json.loads(settings.read_bytes()).get("sessionDir")
+    except (OSError, ValueError, AttributeError):  # none, unreadable, not JSON, not an object
+        return None
+    if not isinstance(value, str) or not value:
+        return None
+    found = _pi_path(value)
+    return found if found.is_absolute() else None
 
 
 def default_log(mnt: str) -> Path:

@@ -514,6 +514,56 @@ def test_a_background_mount_logs_where_it_says_with_its_version_and_refusals(
     assert "Traceback" not in want.read_text()
 
 
+def test_the_default_sessions_folder_is_where_pi_keeps_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Pi 1.6 finds it: $PI_CODING_AGENT_SESSION_DIR, else an absolute ``sessionDir`` in
+    <agent dir>/settings.json, else <agent dir>/sessions (agent dir: $PI_CODING_AGENT_DIR,
+    else ~/.pi/agent); ``~`` is the home folder in each."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("PI_CODING_AGENT_DIR", raising=False)
+    monkeypatch.delenv("PI_CODING_AGENT_SESSION_DIR", raising=False)
+    assert cli.default_sessions() == tmp_path / ".pi" / "agent" / "sessions"
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", "~/agent")
+    assert cli.default_sessions() == tmp_path / "agent" / "sessions"
+    settings = tmp_path / "agent" / "settings.json"
+    settings.parent.mkdir()
+    for text, found in [
+        ('{"sessionDir": "~/kept"}', tmp_path / "kept"),
+        ('{"sessionDir": "/srv/pi"}', Path("/srv/pi")),
+        ('{"sessionDir": "per-project"}', tmp_path / "agent" / "sessions"),  # relative: no
+        ('{"sessionDir": 7}', tmp_path / "agent" / "sessions"),
+        ("[1]", tmp_path / "agent" / "sessions"),
+        ("{not json", tmp_path / "agent" / "sessions"),
+    ]:
+        settings.write_text(text)
+        assert cli.default_sessions() == found, text
+    settings.write_text('{"sessionDir": "~/kept"}')
+    monkeypatch.setenv("PI_CODING_AGENT_SESSION_DIR", "~/env")
+    assert cli.default_sessions() == tmp_path / "env"  # the environment wins, as in Pi
+
+
+def test_a_mount_without_sessions_mounts_the_folder_pi_uses(sessions: Path, tmp_path: Path) -> None:
+    need(fuse_missing() is None, fuse_missing() or "")
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    env["PI_CODING_AGENT_SESSION_DIR"] = str(sessions)
+    mnt = mount_base() / uuid.uuid4().hex[:8]
+    mnt.mkdir()
+    try:
+        out = pisessfs("mount", str(mnt), env=env)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith(f"pisessfs: mounted {sessions} on {mnt} ")
+        assert (
+            "pytest fails on the ingredient parser"
+            in (mnt / RECIPE / "conversation.md").read_text()
+        )
+    finally:
+        pisessfs("umount", str(mnt))
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", "-z", str(mnt)])
+        mnt.rmdir()
+
+
 def test_log_option_in_the_foreground_writes_the_file_not_stderr(
     sessions: Path, tmp_path: Path
 ) -> None:
