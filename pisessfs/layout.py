@@ -599,7 +599,8 @@ class Fork:
     """A fork's ``parent`` link, which the mount decides, not the file: the parent file its
     header names, the link its folder answers (None: none shown), and when that was looked
     for last (``time.monotonic``). A live fork's is in its memo; a dropped fork's answers
-    keep a copy of the one they were given with."""
+    keep a copy of the one they were given with, and answers read back from the disk cache
+    one that was never looked for here (``checked`` -inf: it is, at its first use)."""
 
     named: str
     link: str | None
@@ -635,9 +636,13 @@ def fork_of(v: View, s: Loaded) -> Fork | None:
 
 def fork_holds(v: View, path: str, fork: Fork) -> bool:
     """Whether the parent link kept for dropped fork ``path`` is still the mount's answer,
-    as a live fork's link would be."""
-    link = fork.link
-    return _looked_for(v, path, fork).link == link
+    as a live fork's link would be. ``fork`` is looked for again on a copy: its link is what
+    the answers kept with it were made with (a save in a thread may be writing them)."""
+    now = _looked_for(v, path, replace(fork))
+    if now.link != fork.link:
+        return False
+    fork.checked = now.checked
+    return True
 
 
 def named_parent(s: Loaded) -> str | None:

@@ -1092,6 +1092,9 @@ class View:
             if n is not None and held.child(n, shown) is None and held.room():
                 with contextlib.suppress(ViewError):
                     held.found[(n, shown)] = self.getattr(self.ino(key))
+        now = fork_of(self, s) if held.fork is not None else None
+        if held.fork is not None and (now is None or now.link != held.fork.link):
+            self._kept.drop(s.path)  # its parent came or went: ``parent`` led elsewhere
 
     def _shelve(self, s: Loaded) -> None:
         """Offer the whole-session files of ``s`` to the shelf as the kernel was told them,
@@ -1460,7 +1463,7 @@ class View:
         """A session file came or went: a fork's ``parent`` link may have too, and the
         kernel keeps the fork's listing."""
         self.moved = time.monotonic()
-        for path in self.forks:
+        for path in list(self.forks):  # (a thread may add one meanwhile)
             for kind in _FOLLOWING:
                 n = self._ino.get(Key(kind, path))
                 if n is not None:

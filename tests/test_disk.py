@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import pytest
 
-from pisessfs import disk
+from pisessfs import disk, layout
 from pisessfs.sessions import Store
 from pisessfs.view import Key, NotFound, View
 
@@ -434,6 +434,33 @@ def test_an_entry_saved_again_is_never_read_at_the_old_offsets(tmp_path: Path) -
         v.fill(later)
     assert later.read(0, later.size) == real
     later.close()
+    c.close()
+
+
+def test_a_fork_whose_parent_moved_before_it_was_dropped_is_not_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork's answers are saved with the parent link they were made with: when the
+    parent moved (still in the mount, so the link now leads elsewhere) before the fork was
+    dropped, what the drop would keep of its links is of the new place, and the save would
+    pair it with the old link (a later mount, the parent moved back, showed it)."""
+    root, parent = _one_session(tmp_path)
+    fork = parent.with_name("2026-01-01T00-00-01-000Z_f.jsonl")
+    head = {"type": "session", "version": 3, "id": "f", "timestamp": "2026-03-02T09:15:00Z"}
+    first: dict[str, Any] = {"type": "message", "id": "f1", "parentId": None}
+    first.update(timestamp="2026-03-02T09:15:01Z", message={"role": "user", "content": "forked"})
+    rows = [{**head, "parentSession": str(parent)}, first]
+    fork.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store, v, c = _view_on(root, tmp_path / "cache")
+    _, names = _listing(v, fork)
+    was = v.readlink(names["parent"].ino)
+    parent.rename(root / parent.name)  # a flat session of the root now: found, elsewhere
+    monkeypatch.setattr(layout, "PARENT_TTL", 0.0)  # (looked for again at once)
+    store.session(str(fork)).evict()
+    c.settle()
+    assert c.saved == 0 and v.kept(names["parent"].ino) is None
+    _, names = _listing(v, fork)  # parsed again: the link as it is now
+    assert v.readlink(names["parent"].ino) != was
     c.close()
 
 
