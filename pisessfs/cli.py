@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from . import __version__, disk, mountpoint, status, unit
 from .unit import UNIT
@@ -66,9 +67,12 @@ def default_sessions() -> Path:
 
 
 def _pi_path(text: str) -> Path:
-    """A path as Pi reads one from its settings or environment (``~`` and ``~/`` only)."""
+    """A path as Pi reads one from its settings or environment (``~`` and ``~/`` only, and
+    a ``file://`` URL)."""
     if text == "~" or text.startswith("~/"):
         return Path.home() / text[2:]
+    if text.startswith("file://"):
+        return Path(unquote(urlsplit(text).path))
     return Path(text)
 
 
@@ -76,7 +80,7 @@ def _configured_sessions(settings: Path) -> Path | None:
     """The absolute ``sessionDir`` of Pi's settings file, if it names one."""
     try:
         value = json.loads(settings.read_bytes()).get("sessionDir")
-    except (OSError, ValueError, AttributeError):  # none, unreadable, not JSON, not an object
+    except (OSError, ValueError, AttributeError, RecursionError):  # none, not JSON, not {}
         return None
     if not isinstance(value, str) or not value:
         return None

@@ -531,6 +531,7 @@ def test_the_default_sessions_folder_is_where_pi_keeps_them(
     for text, found in [
         ('{"sessionDir": "~/kept"}', tmp_path / "kept"),
         ('{"sessionDir": "/srv/pi"}', Path("/srv/pi")),
+        ('{"sessionDir": "file:///srv/pi%20x"}', Path("/srv/pi x")),
         ('{"sessionDir": "per-project"}', tmp_path / "agent" / "sessions"),  # relative: no
         ('{"sessionDir": 7}', tmp_path / "agent" / "sessions"),
         ("[1]", tmp_path / "agent" / "sessions"),
@@ -547,6 +548,7 @@ def test_a_mount_without_sessions_mounts_the_folder_pi_uses(sessions: Path, tmp_
     need(fuse_missing() is None, fuse_missing() or "")
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
     env["PI_CODING_AGENT_SESSION_DIR"] = str(sessions)
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # (a disk cache of its own)
     mnt = mount_base() / uuid.uuid4().hex[:8]
     mnt.mkdir()
     try:

@@ -89,7 +89,9 @@ def test_a_line_that_takes_an_earlier_id_shows_as_a_fresh_mount_shows_it(
         assert {p.name: p.read_bytes() for p in (other / "current").iterdir()} == after
         for name in shown:
             assert (folder / name).read_bytes() == (other / name).read_bytes(), name
-    assert (folder / "conversation.md").read_bytes().count(b"taken over\n") == 2  # both lines
+    # the earlier line's place shows the winner's text, as its entry folder does, and so
+    # does the new line's
+    assert (folder / "conversation.md").read_bytes().count(b"taken over\n") == 2
 
 
 def _role(d: object) -> object:

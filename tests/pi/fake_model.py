@@ -29,6 +29,7 @@ class FakeModel:
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []  # the JSON body of each completion asked
+        self.errors: list[str] = []  # requests it could not read (the test says which)
         self._lock = threading.Lock()
         model = self
 
@@ -39,7 +40,12 @@ class FakeModel:
                 pass
 
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                try:
+                    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                except (TypeError, ValueError) as err:  # (no length, or not JSON)
+                    model.errors.append(f"{self.path}: {err!r}")
+                    self.send_error(400)
+                    return
                 with model._lock:
                     model.requests.append(body)
                     n = len(model.requests)
@@ -63,7 +69,8 @@ class FakeModel:
                 chunks.append(
                     {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
                 )
-                usage = {"prompt_tokens": 10, "completion_tokens": len(words), "total_tokens": 10}
+                usage = {"prompt_tokens": 10, "completion_tokens": len(words)}
+                usage["total_tokens"] = 10 + len(words)
                 chunks.append({**base, "choices": [], "usage": usage})
                 for c in chunks:
                     self.wfile.write(b"data: " + json.dumps(c).encode() + b"\n\n")
@@ -71,17 +78,19 @@ class FakeModel:
                 self.wfile.flush()
                 self.close_connection = True
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._handler = Handler
+        self.port = 0
 
     def __enter__(self) -> FakeModel:
-        self._thread.start()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler)
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+        assert not self.errors, self.errors
 
     def conversation(self, n: int = -1) -> list[tuple[str, str]]:
         """(role, text) of each message request ``n`` sent, the system prompt left out."""
