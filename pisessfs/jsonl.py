@@ -507,7 +507,8 @@ class Parser:
         """
         if self._header is None or self.linear:
             return False
-        if self._skimmed(raw, line, start, end):
+        # (a line without a "message" key is no message: decoded once, whole, not twice)
+        if b'"message"' in raw and self._skimmed(raw, line, start, end):
             return True
         try:
             d = _loads(raw)

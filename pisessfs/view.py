@@ -1092,9 +1092,10 @@ class View:
             if n is not None and held.child(n, shown) is None and held.room():
                 with contextlib.suppress(ViewError):
                     held.found[(n, shown)] = self.getattr(self.ino(key))
-        now = fork_of(self, s) if held.fork is not None else None
-        if held.fork is not None and (now is None or now.link != held.fork.link):
-            self._kept.drop(s.path)  # its parent came or went: ``parent`` led elsewhere
+        if held.fork is not None:
+            now = fork_of(self, s)
+            if now is None or now.link != held.fork.link:
+                self._kept.drop(s.path)  # its parent came or went: ``parent`` led elsewhere
 
     def _shelve(self, s: Loaded) -> None:
         """Offer the whole-session files of ``s`` to the shelf as the kernel was told them,
