@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -199,6 +200,6 @@ def test_kill_9_leaves_no_dead_mount(sessions: Path) -> None:
 
 def test_umount_command_unmounts(sessions: Path) -> None:
     with mounted(sessions) as m:
-        out = run("python", "-m", "pisessfs.cli", "umount", str(m.path))
+        out = run(sys.executable, "-m", "pisessfs.cli", "umount", str(m.path))
         assert out.returncode == 0, out.stderr
         assert m.proc.wait(timeout=20) == 0, m.log_text()
