@@ -43,6 +43,11 @@ log = logging.getLogger(__name__)
 SWITCH_INTERVAL = 0.0005  # seconds
 TRIM_AFTER = 2.0  # seconds between looks at whether work was done since the last trim
 SAVE_SECONDS = 45.0  # the disk cache's save at unmount, at most
+#: Idle request readers pyfuse3 keeps waiting (its ``min_tasks``). Its default, 1, suits a
+#: loop that waits for every request; the patched one reads a queued request at once, so a
+#: reader seldom waits, and a cold ``rg`` made it start a reader and end another every six
+#: requests: 8 took a sixth off that walk's time (500 sessions, 7 rounds).
+READERS_KEPT = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +255,7 @@ async def _serve(
         nursery.start_soon(_trim, ops.view)
         if warm:
             nursery.start_soon(ops.warm)
-        await pyfuse3.main()
+        await pyfuse3.main(min_tasks=READERS_KEPT)
         nursery.cancel_scope.cancel()
 
 
