@@ -43,8 +43,9 @@ import unicodedata
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
+import msgspec
 import orjson
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ Part = tuple[int, bytes | Callable[[], bytes], bool]
 File = tuple[list[Part], int]
 #: Which file an entry is: its device, inode, size and mtime (one saved again is another).
 Which = tuple[int, int, int, int]
+_H = TypeVar("_H", bound="_Header")
 
 
 def text_out(s: str) -> str:
@@ -111,14 +113,43 @@ def code_mark() -> str:
     return h.hexdigest()
 
 
+class _Header(msgspec.Struct):
+    """What every header of the folder has (read back: each field is checked where used)."""
+
+    mark: object = None
+    scope: object = None
+    total: object = None
+
+
+class _EntryHeader(_Header):
+    """An entry's header. Its answers stay JSON, for the view to read with its own types:
+    made into lists and dicts here, then checked and made again into the view's nodes, they
+    were a third of what a later mount's cold walk costs the daemon."""
+
+    path: object = None
+    ident: object = None
+    files: dict[str, tuple[int, int]] = {}
+    answers: msgspec.Raw = msgspec.Raw()
+
+
+class _NamesHeader(_Header):
+    """The header of a root's session names file."""
+
+    heads: object = None
+
+
+_ENTRY = msgspec.json.Decoder(_EntryHeader)
+_NAMES = msgspec.json.Decoder(_NamesHeader)
+
+
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """An entry read back: the answers as the view wrote them, where each file's bytes are
-    in the entry's file (kind -> offset, size), and which file that was (device, inode,
-    size, mtime: an entry saved again is another file, with other offsets)."""
+    """An entry read back: the answers as the view wrote them (JSON), where each file's
+    bytes are in the entry's file (kind -> offset, size), and which file that was (device,
+    inode, size, mtime: an entry saved again is another file, with other offsets)."""
 
     name: str
-    answers: dict[str, Any]
+    answers: msgspec.Raw
     files: dict[str, tuple[int, int]]
     was: Which = (0, 0, 0, 0)
 
@@ -273,13 +304,8 @@ class DiskCache:
         if found is None:
             return None
         name, head, was = found
-        try:
-            files = {str(k): (int(v[0]), int(v[1])) for k, v in head["files"].items()}
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
-            self.drop(path)
-            return None
         self.used += 1
-        return Stored(name, head.get("answers") or {}, files, was)
+        return Stored(name, head.answers, head.files, was)
 
     def holds(self, path: str, ident: list[int]) -> bool:
         """Whether there is an entry of ``path`` made from the file ``ident`` describes, by
@@ -287,7 +313,7 @@ class DiskCache:
         An entry that is not is removed."""
         return self._found(path, ident) is not None
 
-    def _found(self, path: str, ident: list[int]) -> tuple[str, dict[str, Any], Which] | None:
+    def _found(self, path: str, ident: list[int]) -> tuple[str, _EntryHeader, Which] | None:
         """The name, header and identity of ``path``'s entry, when it holds for ``ident``."""
         name = self.name(path)
         if not self.on or name not in self._sizes:
@@ -300,27 +326,25 @@ class DiskCache:
         except OSError:  # (out of descriptors: the session answers for itself this time)
             return None
         try:
-            head, was = self._header_which(fd)
+            head, was = self._header_which(fd, _ENTRY)
         except (OSError, ValueError) as err:
             log.warning("disk cache: %s of %s is unreadable (%s): removed", name, path, err)
             self.drop(path)
             return None
         finally:
             os.close(fd)
-        if head.get("mark") != self.mark or head.get("path") != text_out(path):
+        if head.mark != self.mark or head.path != text_out(path):
             self.drop(path)
             return None
-        if head.get("ident") != ident:
+        if head.ident != ident:
             self.drop(path)  # the file moved on: this entry never answers again
             return None
         return name, head, was
 
-    def _header(self, fd: int) -> dict[str, Any]:
-        return self._header_which(fd)[0]
-
-    def _header_which(self, fd: int) -> tuple[dict[str, Any], Which]:
-        """An entry's header, and which file the entry is (its ``fstat``). One read takes
-        the lead and a header of up to :data:`FIRST_READ` (a session's answers: 2 KiB)."""
+    def _header_which(self, fd: int, decoder: msgspec.json.Decoder[_H]) -> tuple[_H, Which]:
+        """A header as ``decoder`` reads it, and which file it heads (its ``fstat``). One
+        read takes the lead and a header of up to :data:`FIRST_READ` (a session's answers:
+        2 KiB). A header that is not one raises ValueError."""
         first = os.pread(fd, FIRST_READ, 0)
         lead = first[: len(MAGIC) + _LEN.size]
         if len(lead) != len(MAGIC) + _LEN.size or not lead.startswith(MAGIC):
@@ -333,10 +357,11 @@ class DiskCache:
             raw += os.pread(fd, size - len(raw), len(first))
         if len(raw) != size:
             raise ValueError("cut short")
-        head = orjson.loads(raw)
-        if not isinstance(head, dict):
-            raise ValueError("not an entry")
-        total = head.get("total")
+        try:
+            head = decoder.decode(raw)
+        except msgspec.DecodeError as err:  # (a ValidationError too)
+            raise ValueError(f"not an entry: {err}") from None
+        total = head.total
         st = os.fstat(fd)
         if not isinstance(total, int) or st.st_size != total:
             raise ValueError("cut short")
@@ -458,10 +483,10 @@ class DiskCache:
         except OSError:
             return
         try:
-            head, which = self._header_which(fd)
+            head, which = self._header_which(fd, _NAMES)
             self._names_bytes = which[2]  # (its size)
-            heads = head.get("heads")
-            if head.get("mark") != self.mark or head.get("scope") != text_out(self.scope):
+            heads = head.heads
+            if head.mark != self.mark or head.scope != text_out(self.scope):
                 return
             if isinstance(heads, dict):
                 self.heads = {text_in(path): row for path, row in heads.items()}
@@ -650,7 +675,7 @@ class DiskCache:
         self.saved += 1
         self._trim()
         log.debug("disk cache: %s saved (%d bytes)", path, size)
-        return Stored(name, {}, files, was)
+        return Stored(name, msgspec.Raw(), files, was)
 
     def _written(self, name: str, write: Callable[[BinaryIO], object]) -> tuple[str, Which]:
         """A temporary file beside ``name`` (mode 600) that ``write`` filled, and which file
@@ -700,13 +725,13 @@ class DiskCache:
             except OSError:
                 continue
             try:
-                head = self._header(fd)
-                scope, path = text_in(head.get("scope")), text_in(head.get("path"))
+                head = self._header_which(fd, _ENTRY)[0]
+                mark, scope, path = head.mark, text_in(head.scope), text_in(head.path)
             except (OSError, ValueError, UnicodeError):
-                head, scope, path = {}, "", ""  # unreadable: never of use
+                mark, scope, path = None, "", ""  # unreadable: never of use
             finally:
                 os.close(fd)
-            if not head or (scope == self.scope and (head.get("mark") != self.mark or gone(path))):
+            if mark is None or (scope == self.scope and (mark != self.mark or gone(path))):
                 self._remove(name)
                 removed += 1
         return removed

@@ -80,6 +80,9 @@ class Kept:
     def __init__(self, limit: int = KEPT_SESSIONS) -> None:
         self.limit = limit
         self._by_path: OrderedDict[str, Answers] = OrderedDict()
+        #: Changes at every answers dropped or put in (a caller that found some may use
+        #: them again without asking while it is the same)
+        self.version = 0
         # ``--warm`` drops sessions in a worker thread, which looks their answers up (``get``)
         # while the loop gathers others (``of``: it may push the oldest out meanwhile).
         self._lock = threading.Lock()
@@ -92,6 +95,7 @@ class Kept:
                 return None
             if a.ident != ident:
                 del self._by_path[path]  # the file changed: none of it holds any more
+                self.version += 1
                 return None
             self._by_path.move_to_end(path)
             return a
@@ -122,6 +126,7 @@ class Kept:
 
     def _add(self, path: str, answers: Answers) -> Answers:
         """(Under the lock.) Keep ``answers``, the least recently used out past the limit."""
+        self.version += 1
         self._by_path[path] = answers
         while len(self._by_path) > self.limit:
             self._by_path.popitem(last=False)
@@ -129,6 +134,7 @@ class Kept:
 
     def drop(self, path: str) -> None:
         with self._lock:
+            self.version += 1
             self._by_path.pop(path, None)
 
 

@@ -423,13 +423,13 @@ class SessionFile:
         self.recheck = False  # the file's owner or mode may have changed: stat it again
         self.working = 0  # threads reading the state without its lock (renders): kept
         self.forgotten = 0  # times the file was gone (forget): a read begun before is void
-        self._seen: tuple[os.stat_result, float] | None = None  # the last stat, and when
+        self.seen: tuple[os.stat_result, float] | None = None  # the last stat, and when
 
     def stat(self) -> os.stat_result:
         st = self.store.files.lstat(self.path)
         if not stat.S_ISREG(st.st_mode):
             raise Unreadable(self.path, OSError(errno.ENOENT, "not a regular file any more"))
-        self._seen = (st, time.monotonic())
+        self.seen = (st, time.monotonic())
         return st
 
     def identity(self, fresh: float) -> Identity:
@@ -441,12 +441,12 @@ class SessionFile:
 
     def recent(self, fresh: float) -> os.stat_result:
         """A ``stat`` of the file made less than ``fresh`` seconds ago (a new one if none)."""
-        seen = self._seen
+        seen = self.seen
         return seen[0] if seen is not None and time.monotonic() - seen[1] < fresh else self.stat()
 
     def changed(self) -> None:
         """The file changed (the watcher says so): the next identity is a new ``stat``."""
-        self._seen = None
+        self.seen = None
 
     def step(self) -> Work | None:
         """Bring the state a step closer to the file without blocking; None when it is up to

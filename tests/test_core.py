@@ -298,6 +298,24 @@ def test_a_parsed_session_answers_from_kept_answers_until_its_file_changes(
     assert names == ["bbbbbbbb-second-one", "bbbbbbbb-second-one.md"]
 
 
+def test_answers_dropped_are_not_answered_again_by_the_last_session_asked(
+    tmp_path: Path,
+) -> None:
+    """``kept`` finds the answers of the session it answered for last without asking the
+    store again (a walk asks each session twenty times in a row); answers dropped since
+    (a fork's parent moved, the limit pushed them out) must not come back that way."""
+    (tmp_path / "--home-x--").mkdir()
+    f = tmp_path / "--home-x--" / "s1.jsonl"
+    f.write_bytes(line(HEADER) + line(user("aaaaaaaa", None, "First question", 1)))
+    v = View(Store(str(tmp_path)))
+    sess = enter(v, v.lookup(1, "home-x").ino, "s1")
+    listing = v.children(sess)
+    assert v.kept_listing(sess) == listing
+    assert v.kept_listing(sess) == listing  # (the second from the last session asked)
+    v._kept.drop(str(f))
+    assert v.kept_listing(sess) is None
+
+
 def test_unreadable_session_is_denied_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
