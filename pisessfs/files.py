@@ -146,12 +146,24 @@ class Files:
                 os.close(o)
 
     def lstat(self, path: str) -> os.stat_result:
-        """``stat`` of ``path`` itself (a link is a link), reached without following links."""
+        """``stat`` of ``path`` itself (a link is a link), reached without following links.
+        (The walk of :meth:`parent`, without its context manager: a cold walk asks this
+        once or twice a session, and the context manager cost as much as the calls.)"""
         try:
             if path == self.root:
                 return os.fstat(self.fd)
-            with self.parent(path) as (fd, name):
+            *folders, name = self.parts(path)
+            fd = self.fd
+            try:
+                for part in folders:
+                    below = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                    if fd != self.fd:
+                        os.close(fd)
+                    fd = below
                 return os.stat(name, dir_fd=fd, follow_symlinks=False)
+            finally:
+                if fd != self.fd:
+                    os.close(fd)
         except OSError as err:
             if err.errno in (errno.EMFILE, errno.ENFILE):
                 report_once(f"stat {path}", err)

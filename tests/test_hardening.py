@@ -12,6 +12,7 @@ import errno
 import os
 import pwd
 import shutil
+import stat
 import statistics
 import subprocess
 import threading
@@ -22,6 +23,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from pisessfs.files import Files, Unreadable
 from tests import damaged
 from tests.conftest import RECIPE, RECIPE_STEM, Mount, mounted, named, need, wait_for
 
@@ -119,6 +121,32 @@ def test_a_project_folder_swapped_for_a_link_out_of_the_root_is_never_read(
         assert SECRET not in read_all_under(m.path)
         assert project.name.strip("-") not in os.listdir(m.path)  # links are not listed
         assert (outside / real.name).read_bytes().count(b"\n") == 4  # nothing appended
+
+
+def test_files_lstat_follows_no_link_on_the_way_and_leaks_no_descriptor(tmp_path: Path) -> None:
+    """``Files.lstat`` (asked once a session at least by every walk) reaches a path one
+    folder at a time without following links, and closes what it opened whatever happens."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "--p--" / "deep").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "s.jsonl").write_bytes(damaged.good(1))
+    (root / "--p--" / "deep" / "s.jsonl").write_bytes(damaged.good(1))
+    (root / "--linked--").symlink_to(outside)
+    (root / "--p--" / "l.jsonl").symlink_to(outside / "s.jsonl")
+    files = Files(str(root))
+    fds = len(os.listdir("/proc/self/fd"))
+    try:
+        deep = files.lstat(str(root / "--p--" / "deep" / "s.jsonl"))
+        assert deep.st_ino == (root / "--p--" / "deep" / "s.jsonl").stat().st_ino
+        assert stat.S_ISLNK(files.lstat(str(root / "--p--" / "l.jsonl")).st_mode)
+        assert files.lstat(str(root)).st_ino == root.stat().st_ino
+        for hidden in (root / "--linked--" / "s.jsonl", root / "--p--" / "gone" / "s.jsonl"):
+            with pytest.raises(Unreadable) as caught:
+                files.lstat(str(hidden))
+            assert caught.value.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT)
+        assert len(os.listdir("/proc/self/fd")) == fds
+    finally:
+        files.close()
 
 
 def test_links_in_the_sessions_folder_are_not_listed(sessions: Path, tmp_path: Path) -> None:
