@@ -123,8 +123,8 @@ class _Header(msgspec.Struct):
 
 class _EntryHeader(_Header):
     """An entry's header. Its answers stay JSON, for the view to read with its own types:
-    made into lists and dicts here, then checked and made again into the view's nodes, they
-    were a third of what a later mount's cold walk costs the daemon."""
+    decoding them here into lists and dicts, which the view then checked and copied field
+    by field, cost a tenth of a later mount's cold walk (in instructions)."""
 
     path: object = None
     ident: object = None

@@ -158,8 +158,8 @@ Rendered = tuple[bytes, list[tuple[str, bytes]]]  # a message file's text and it
 class _Hot(NamedTuple):
     """The session :meth:`View.kept` found answers for last. A walk asks each session's
     nodes about twenty times in a row; finding its answers again (a ``stat`` within
-    :data:`KEPT_FRESH`, its identity, the kept answers under their lock) was a sixth of what
-    a later mount's cold walk cost the daemon. They are the same while the ``stat`` that
+    :data:`KEPT_FRESH`, its identity, the kept answers under their lock) was an eighth of
+    the instructions of a later mount's cold walk. They are the same while the ``stat`` that
     vouched for them still does and no answers were dropped or put in since."""
 
     path: str
@@ -1036,8 +1036,7 @@ class View:
         ident = Identity.of(st)
         held = self._kept.get(key.path, ident)
         if held is None and on_disk:
-            held = self._from_disk(sf, st)
-            version = self._kept.version  # (it put them there)
+            held = self._from_disk(sf, st)  # (put in: the next call finds them kept, and hot)
         if held is not None and held.fork is not None and not fork_holds(self, key.path, held.fork):
             self._kept.drop(key.path)  # its parent came or went: the fork answers again
             if held.stored is not None and self.disk is not None:
@@ -1335,7 +1334,7 @@ class View:
         """What :meth:`_answers_out` wrote, numbered in this mount (anything else in it
         raises: the entry is then not used). Decoding checks every type; what is left is
         making nodes of it, once per key (a listing names the keys of the table's rows):
-        this runs once per session of a later mount's cold walk, a quarter of its cost."""
+        once per session in a later mount's cold walk, about a quarter of the handlers' time."""
         saved = _SAVED.decode(raw)
         path, epoch, name, ino = sf.path, sf.epoch, disk.text_in, self.ino
         nodes: dict[_SavedKey, tuple[Key, int]] = {}
