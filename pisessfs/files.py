@@ -134,32 +134,39 @@ class Files:
         parts = self.parts(path)
         if not parts:
             raise ValueError("the root has no parent here")
-        fd = self.fd
-        opened: list[int] = []
+        fd = self._folder(parts[:-1])
         try:
-            for part in parts[:-1]:
-                fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                opened.append(fd)
             yield fd, parts[-1]
         finally:
-            for o in opened:
-                os.close(o)
+            if fd != self.fd:
+                os.close(fd)
+
+    def _folder(self, folders: list[str]) -> int:
+        """A descriptor of the folder ``folders`` lead to from the root, each reached without
+        following links (the root's own when there are none: close any other)."""
+        fd = self.fd
+        try:
+            for part in folders:
+                below = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                if fd != self.fd:
+                    os.close(fd)
+                fd = below
+        except BaseException:
+            if fd != self.fd:
+                os.close(fd)
+            raise
+        return fd
 
     def lstat(self, path: str) -> os.stat_result:
         """``stat`` of ``path`` itself (a link is a link), reached without following links.
-        (The walk of :meth:`parent`, without its context manager: a cold walk asks this
-        once or twice a session, and the context manager cost as much as the calls.)"""
+        (Not through :meth:`parent`: a cold walk asks this once or twice a session, and its
+        context manager cost as much as the calls.)"""
         try:
             if path == self.root:
                 return os.fstat(self.fd)
             *folders, name = self.parts(path)
-            fd = self.fd
+            fd = self._folder(folders)
             try:
-                for part in folders:
-                    below = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                    if fd != self.fd:
-                        os.close(fd)
-                    fd = below
                 return os.stat(name, dir_fd=fd, follow_symlinks=False)
             finally:
                 if fd != self.fd:

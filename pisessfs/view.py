@@ -162,7 +162,6 @@ class _Hot(NamedTuple):
     the instructions of a later mount's cold walk. They are the same while the ``stat`` that
     vouched for them still does and no answers were dropped or put in since."""
 
-    path: str
     sf: SessionFile
     seen: tuple[os.stat_result, float]
     version: int  # ``Kept.version`` when they were found
@@ -174,7 +173,7 @@ class _Hot(NamedTuple):
             sf.seen is self.seen
             and not sf.recheck
             and view._kept.version == self.version
-            and view.store.known(self.path) is sf
+            and view.store.known(sf.path) is sf
             and time.monotonic() - self.seen[1] < KEPT_FRESH
         )
 
@@ -1020,7 +1019,7 @@ class View:
         if not KINDS[key.kind].kept:
             return None
         hot = self._hot
-        if hot is not None and hot.path == key.path and hot.holds(self):
+        if hot is not None and hot.sf.path == key.path and hot.holds(self):
             return hot.held
         sf = self.store.known(key.path)
         on_disk = self.disk is not None and self.disk.has(key.path)
@@ -1043,7 +1042,7 @@ class View:
                 self.disk.drop(key.path)  # (else each request would load the entry again)
             return None
         if held is not None and held.fork is None and seen is not None and seen[0] is st:
-            self._hot = _Hot(key.path, sf, seen, version, held)
+            self._hot = _Hot(sf, seen, version, held)
         return held
 
     def kept_attr(self, ino: int) -> Attr | None:
