@@ -645,6 +645,8 @@ def _status_json(e: status.Entry, now: float) -> dict[str, object]:
         "disk_entries": r.disk_entries if r else None,
         "disk_bytes": r.disk_bytes if r else None,
         "warm_up": (r.warm_up or None) if r else None,
+        "requests": r.requests if r else None,
+        "at_once": r.at_once if r else None,
         "rss": e.rss,
         "fresh": e.fresh,
         "updated": r.updated if r else None,
@@ -683,6 +685,9 @@ def _status_text(e: status.Entry, now: float) -> str:
         rows.append(("on disk", disk))
         if r.warm_up:
             rows.append(("warm-up", r.warm_up))
+        if r.requests:
+            share = f"{100 * r.at_once / r.requests:.0f}%"
+            rows.append(("requests", f"{r.requests:,}, {share} answered at once from what is kept"))
     return "\n".join([head, *(f"  {k:<9} {v}" for k, v in rows)])
 
 

@@ -121,6 +121,8 @@ def _no_opendir() -> bool:
 #: The kernel lists every folder it listed before from its cache, until the view says the
 #: listing changed (``View.invalidations``, ``PAGES``): a walk pays nothing for a folder.
 NO_OPENDIR = _no_opendir()
+#: Open flags that may change a file (an open without them only reads).
+WRITES = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND
 #: How many times a request lets blocking work run (or other requests pass) before it is
 #: answered EAGAIN: a session that never stops changing does not hold a request forever.
 MAX_STEPS = 100_000
@@ -129,10 +131,13 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class _Asked:
-    """When a request last came (``Operations.warm`` waits for a quiet moment)."""
+class Asked:
+    """When a request last came (``Operations.warm`` waits for a quiet moment), and how
+    many came, of which how many were answered at once (``now``; ``pisessfs status``)."""
 
     last = 0.0
+    requests = 0
+    at_once = 0
 
 
 def handler(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
@@ -140,7 +145,8 @@ def handler(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[An
 
     @functools.wraps(fn)
     async def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
-        _Asked.last = time.monotonic()
+        Asked.last = time.monotonic()
+        Asked.requests += 1
         if log.isEnabledFor(logging.DEBUG):  # --debug: every request
             log.debug("%s%r", fn.__name__, args[1:])
         try:
@@ -157,6 +163,33 @@ def handler(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[An
         except Exception:
             log.exception("unexpected error in %s%r: answered EIO", fn.__name__, args[1:])
             raise pyfuse3.FUSEError(errno.EIO) from None
+
+    return wrapped
+
+
+def now(fn: Callable[P, R | None]) -> Callable[P, R | None]:
+    """A synchronous answer, which the patched pyfuse3 asks before the coroutine handler of
+    the same request (``Operations.lookup_now`` and the rest; a stock pyfuse3 never calls
+    these, and each handler tries the same answer first itself). None passes the request
+    on to the handler (False for ``release_now`` and ``readdir_now``), also when the core
+    raised: the handler then answers with the errno (or EIO and a log line), as for any
+    other request. Logged and counted as the handler logs and counts."""
+    name = fn.__name__.removesuffix("_now")
+
+    @functools.wraps(fn)
+    def wrapped(*args: P.args, **kwargs: P.kwargs) -> R | None:
+        Asked.last = time.monotonic()
+        try:
+            answer = fn(*args, **kwargs)
+        except Exception:
+            return None
+        if answer is None or answer is False:
+            return answer
+        Asked.requests += 1
+        Asked.at_once += 1
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s%r", name, args[1:])
+        return answer
 
     return wrapped
 
@@ -271,16 +304,76 @@ class Operations(pyfuse3.Operations):
         self.view.hold(a)
         return self._entry(a)
 
-    @handler
-    async def lookup(
-        self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
-    ) -> pyfuse3.EntryAttributes:
-        n = os.fsdecode(name)
+    # Synchronous answers (see ``now``): what a walk asks is mostly a name that is never
+    # there, or a kept answer of a session whose file is unchanged since it answered. A
+    # cold rg sends 26 requests a session; each answered here costs no coroutine (three
+    # with the handler's wrapper), no request context and no await.
+
+    @now
+    def lookup_now(self, parent_inode: int, name: bytes) -> pyfuse3.EntryAttributes | None:
+        return self._kept_entry(parent_inode, os.fsdecode(name))
+
+    @now
+    def getattr_now(self, inode: int) -> pyfuse3.EntryAttributes | None:
+        kept = self.view.kept_attr(inode)
+        return None if kept is None else self._entry(kept)
+
+    @now
+    def readlink_now(self, inode: int) -> bytes | None:
+        return self.view.kept_link(inode)
+
+    @now
+    def open_now(self, inode: int, flags: int) -> pyfuse3.FileInfo | None:
+        return self._open_later(inode, flags)
+
+    @now
+    def read_now(self, fh: int, off: int, size: int) -> bytes | None:
+        snap = self._files.get(fh)
+        if snap is None:
+            return None  # (being written)
+        try:
+            if isinstance(snap, v.Later) and snap.inner is None and not self.view.unshelve(snap):
+                self.view.ready(snap.ino, False, False, set())  # (its session as it is now)
+                self.view.fill(snap)
+            return snap.read(off, size)
+        except v.Busy:
+            return None  # (a parse, or a big part of conversation.md, to make off the loop)
+
+    @now
+    def release_now(self, fh: int) -> bool:
+        if self.editor.owns(fh):
+            return False  # (the last save may be made)
+        reader = self._files.pop(fh, None)
+        if reader is not None:
+            reader.close()
+        return True
+
+    @now
+    def readdir_now(self, fh: int, start_id: int, token: Any) -> bool:
+        if not NO_OPENDIR:
+            return False
+        listing = self._kept_continued(fh, start_id)
+        if listing is None:
+            return False
+        self._reply(listing, start_id, token)
+        return True
+
+    def _kept_entry(self, parent_inode: int, n: str) -> pyfuse3.EntryAttributes | None:
         if self.view.never(parent_inode, n):
             return self._none()
         kept = self.view.kept_child(parent_inode, n)
         if kept is not None:  # (a session whose file is unchanged since it answered)
             return self._taken(kept)
+        return None
+
+    @handler
+    async def lookup(
+        self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        n = os.fsdecode(name)
+        entry = self._kept_entry(parent_inode, n)
+        if entry is not None:
+            return entry
         await self._ready(parent_inode)
         try:
             child = self.view.resolve(parent_inode, n)
@@ -348,7 +441,7 @@ class Operations(pyfuse3.Operations):
             for at, key in enumerate(order):
                 in_cache = f", {had} were in the disk cache" if cache is not None else ""
                 self.warming = f"at {at} of {len(order)} sessions ({done} rendered{in_cache})"
-                while time.monotonic() - _Asked.last < WARM_QUIET or store.shelf.busy():
+                while time.monotonic() - Asked.last < WARM_QUIET or store.shelf.busy():
                     # (the shelf refuses what comes faster than it packs: those would be lost)
                     await trio.sleep(0.01 if store.shelf.busy() else WARM_QUIET)
                 indexing = cache is not None and cache.on  # (a cache folder gone: as without)
@@ -446,7 +539,10 @@ class Operations(pyfuse3.Operations):
     @handler
     async def readdir(self, fh: int, start_id: int, token: Any) -> None:
         listing = await self._continued(fh, start_id) if NO_OPENDIR else self._dirs.get(fh, [])
-        for i in range(start_id, len(listing)):
+        self._reply(listing, start_id, token)
+
+    def _reply(self, listing: list[tuple[str, v.Attr]], start: int, token: Any) -> None:
+        for i in range(start, len(listing)):
             name, attr = listing[i]
             if not pyfuse3.readdir_reply(token, os.fsencode(name), self._entry(attr), i + 1):
                 break
@@ -456,9 +552,22 @@ class Operations(pyfuse3.Operations):
         """The listing of folder ``ino`` (without opendir, readdir is given the inode) that
         a readdir from ``start`` goes on with: made at 0, kept until its end is asked for,
         so one listing's entries and offsets agree."""
-        listing = self._listings.get(ino) if start else None
+        listing = self._kept_continued(ino, start)
         if listing is None:
             listing = self._listings[ino] = await self._listing(ino)
+            if start >= len(listing):
+                self._listings.pop(ino, None)
+        return listing
+
+    def _kept_continued(self, ino: int, start: int) -> list[tuple[str, v.Attr]] | None:
+        """``_continued`` from what is kept (the listing begun, a session's kept answers),
+        or None when the listing must be made."""
+        listing = self._listings.get(ino) if start else None
+        if listing is None:
+            listing = self.view.kept_listing(ino)
+            if listing is None:
+                return None
+            self._listings[ino] = listing
         if start >= len(listing):
             self._listings.pop(ino, None)
         return listing
@@ -469,14 +578,11 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        opened = self._open_later(inode, flags)
+        if opened is not None:
+            return opened
         fh = next(self._fh)
-        writes = flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND)
-        later = None if writes else self.view.later(inode)
-        if later is not None:
-            # A whole-session file of a session whose file is unchanged since it answered:
-            # the kernel knows its size, and its page cache most likely has the bytes.
-            self._files[fh] = later
-            return reading(fh, cached=True)
+        writes = flags & WRITES
         await self._ready(inode)
         if writes and self.read_only:
             raise pyfuse3.FUSEError(errno.EROFS)
@@ -493,6 +599,16 @@ class Operations(pyfuse3.Operations):
         # conversation.md only grows at its end: a repeated grep -r reads it from the cache.
         cached = self.view.cacheable(inode, snap.size) and not self.editor.writing(inode)
         return reading(fh, cached)
+
+    def _open_later(self, inode: int, flags: int) -> pyfuse3.FileInfo | None:
+        """A read of a whole-session file of a session whose file is unchanged since it
+        answered: the kernel knows its size, and its page cache most likely has the bytes."""
+        later = None if flags & WRITES else self.view.later(inode)
+        if later is None:
+            return None
+        fh = next(self._fh)
+        self._files[fh] = later
+        return reading(fh, cached=True)
 
     @handler
     async def read(self, fh: int, off: int, size: int) -> bytes:

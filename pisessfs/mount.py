@@ -30,7 +30,7 @@ import trio
 from . import heap, mountpoint, status
 from .appender import Appender
 from .disk import DiskCache, code_mark
-from .fuse_ops import Operations
+from .fuse_ops import Asked, Operations
 from .sessions import MIN_IDLE, Store, Unreadable
 from .view import View
 from .watch import Watcher
@@ -124,6 +124,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
             shelved=lambda: (len(store.shelf), store.shelf.bytes),
             disk=lambda: _on_disk(cache),
             warm=lambda: ops.warming,
+            requests=lambda: (Asked.requests, Asked.at_once),
         )
         state.write()
         if ready is not None:

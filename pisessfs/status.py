@@ -141,6 +141,8 @@ class Record:
     disk_entries: int = 0  # sessions it holds
     disk_bytes: int = 0  # ... what they take
     warm_up: str = ""  # where ``--warm`` is ("": not asked for)
+    requests: int = 0  # requests answered since the mount
+    at_once: int = 0  # ... of them, from what is kept, without a coroutine (``fuse_ops.now``)
     version: str = __version__
     format: int = FORMAT
 
@@ -176,11 +178,13 @@ class Writer:
         shelved: Callable[[], tuple[int, int]] = lambda: (0, 0),
         disk: Callable[[], tuple[str, int, int]] = lambda: ("", 0, 0),
         warm: Callable[[], str] = lambda: "",
+        requests: Callable[[], tuple[int, int]] = lambda: (0, 0),
     ) -> None:
         here = mountpoint.top(mnt)
         pid = os.getpid()
         now = time.time()
         self.parsed, self.shelved, self.disk, self.warm = parsed, shelved, disk, warm
+        self.requests = requests
         self.record = Record(
             pid=pid,
             start_ticks=start_ticks(pid) or 0,
@@ -208,6 +212,7 @@ class Writer:
             rec.shelved, rec.shelved_bytes = self.shelved()
             rec.disk_cache, rec.disk_entries, rec.disk_bytes = self.disk()
             rec.warm_up = self.warm()
+            rec.requests, rec.at_once = self.requests()
         except Exception:  # the numbers are a courtesy: the file is still written
             log.debug("counting parsed sessions failed", exc_info=True)
         rec.updated = time.time()

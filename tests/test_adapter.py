@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import stat
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, cast
@@ -173,3 +174,104 @@ def test_a_read_only_open_asks_for_no_flush_and_a_write_does(tmp_path: Path) -> 
 
     reader, writer = trio.run(opens)
     assert reader.noflush and not writer.noflush
+
+
+def _fields(e: pyfuse3.EntryAttributes) -> tuple[object, ...]:
+    return (
+        e.st_ino, e.st_mode, e.st_size, e.st_nlink, e.st_uid, e.st_gid, e.st_mtime_ns,
+        e.attr_timeout, e.entry_timeout,
+    )  # fmt: skip
+
+
+Listed = list[tuple[bytes, tuple[object, ...]]]  # what readdir gave readdir_reply
+Asked = list[tuple[str, int, object]]  # a request, its inode, the handler's answer
+
+
+def _reply(token: Listed, name: bytes, e: pyfuse3.EntryAttributes, _next: int) -> bool:
+    token.append((name, _fields(e)))
+    return True
+
+
+def _walk_as_rg(ops: Operations) -> Asked:
+    """What ``rg`` asks of the session folder of ``ops_for``, through the handlers: each
+    listing, each name listed (looked up and stat'ed), each link (read, and where it
+    leads looked up), each file read whole."""
+    asked: Asked = []
+    up: dict[int, int] = {}  # folder -> the folder it is in
+
+    async def lookup(folder: int, name: bytes) -> pyfuse3.EntryAttributes:
+        if name == b"..":
+            return await ops.getattr(up[folder], CTX)
+        e = await ops.lookup(folder, name, CTX)
+        asked.append(("lookup", folder, (name, _fields(e))))
+        up.setdefault(e.st_ino, folder)
+        return e
+
+    async def walk(folder: int) -> None:
+        listed: Listed = []
+        await ops.readdir(folder, 0, listed)
+        asked.append(("readdir", folder, listed))
+        for name, _ in listed:
+            e = await lookup(folder, name)
+            asked.append(("getattr", e.st_ino, _fields(await ops.getattr(e.st_ino, CTX))))
+            if stat.S_ISDIR(e.st_mode):
+                await walk(e.st_ino)
+            elif stat.S_ISLNK(e.st_mode):
+                target = await ops.readlink(e.st_ino, CTX)
+                asked.append(("readlink", e.st_ino, target))
+                where = folder
+                for part in target.split(b"/"):
+                    where = (await lookup(where, part)).st_ino
+            else:
+                fi = await ops.open(e.st_ino, os.O_RDONLY, CTX)
+                asked.append(("read", e.st_ino, await ops.read(fi.fh, 0, e.st_size + 1)))
+                await ops.release(fi.fh)
+
+    async def whole() -> None:
+        sess = await enter(ops)
+        up[sess.st_ino] = 1
+        await walk(sess.st_ino)
+
+    trio.run(whole)
+    return asked
+
+
+def _answered_at_once(ops: Operations, kind: str, ino: int, answer: object) -> bool:
+    """Whether ``ops`` answers request ``kind`` at once, as its handler answered it."""
+    if kind == "lookup":
+        name, fields = cast(tuple[bytes, tuple[object, ...]], answer)
+        e = ops.lookup_now(ino, name)
+        return e is not None and _fields(e) == fields
+    if kind == "getattr":
+        e = ops.getattr_now(ino)
+        return e is not None and _fields(e) == answer
+    if kind == "readlink":
+        return ops.readlink_now(ino) == answer
+    if kind == "readdir":
+        listed: Listed = []
+        return ops.readdir_now(ino, 0, listed) is True and listed == answer
+    fi = ops.open_now(ino, os.O_RDONLY)
+    if fi is None or not fi.keep_cache:
+        return False
+    data = ops.read_now(fi.fh, 0, len(cast(bytes, answer)) + 1)
+    return ops.release_now(fi.fh) is True and data == answer
+
+
+def test_what_is_answered_at_once_is_what_the_handlers_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The patched pyfuse3 offers each request to ``lookup_now`` and the rest before the
+    coroutine handler (``fuse_ops.now``). Over what ``rg`` asks of a session whose file is
+    unchanged since it answered (every name of its folder and ``leaves/`` and their
+    attributes, every link and where it leads, every whole-session file read, every
+    listing), each is answered at once, and with the handler's answer."""
+    need_open_flags()  # (the patched pyfuse3: listings without opendir)
+    ops = ops_for(tmp_path)
+    with (tmp_path / "s.jsonl").open("ab") as f:  # a fork: two leaves
+        f.write(damaged.line(damaged.user("0000000a", "00000000", "a fork", 9)))
+    monkeypatch.setattr(pyfuse3, "readdir_reply", _reply)  # (a token needs a real request)
+    asked = _walk_as_rg(ops)
+    assert {kind for kind, _, _ in asked} == {"readdir", "lookup", "getattr", "readlink", "read"}
+    for kind, ino, answer in asked:
+        assert _answered_at_once(ops, kind, ino, answer), (kind, ops.view.key(ino))
+    assert not ops._files  # (every handle released)

@@ -28,6 +28,7 @@ from tests.conftest import (
     mount_base,
     mounted,
     need,
+    need_open_flags,
     wait_for,
 )
 from tests.test_lifecycle import (
@@ -137,6 +138,25 @@ def test_status_lists_two_mounts_with_their_fields(
     got = status_json(env)
     assert str(a) not in got and str(b) not in got
     assert status_files(env) == []  # removed at the clean exit
+
+
+def test_status_counts_requests_and_those_answered_at_once(
+    sessions: Path, env: dict[str, str]
+) -> None:
+    """A walk over sessions whose files did not change is answered from what was kept,
+    at once (the patched pyfuse3 asks ``lookup_now`` and the rest before any coroutine):
+    ``status`` says how many requests came and how many were answered so."""
+    need_open_flags()  # (the patched pyfuse3)
+    with background(sessions, env) as mnt:
+        for _ in range(2):  # the second walk: every session answered before, unchanged
+            walked = subprocess.run(["grep", "-r", "-c", "a", str(mnt)], capture_output=True)
+            assert walked.returncode == 0 and walked.stdout, walked
+        e = status_json(env)[str(mnt)]
+        assert 0 < e["at_once"] < e["requests"], e
+        share = f"{100 * e['at_once'] / e['requests']:.0f}%"
+        text = pisessfs("status", env=env).stdout
+        line = f"  requests  {e['requests']:,}, {share} answered at once from what is kept"
+        assert line in text.splitlines(), text
 
 
 def test_a_mount_whose_daemon_is_killed_leaves_no_status(
