@@ -28,6 +28,7 @@ from . import writer
 from .actions import Actions, Change
 from .appender import write_whole
 from .edits import Editor, Job
+from .handles import OpenFiles
 from .sessions import YIELD, Unreadable
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,9 @@ def _no_opendir() -> bool:
 #: The kernel lists every folder it listed before from its cache, until the view says the
 #: listing changed (``View.invalidations``, ``PAGES``): a walk pays nothing for a folder.
 NO_OPENDIR = _no_opendir()
+#: How much of a file the kernel is given at its open (``Operations._push``): all of most
+#: (conversation.md averages 170 KiB in the 1 GB bench corpus), the start of a big one.
+PUSH_BYTES = 1 << 20
 #: Open flags that may change a file (an open without them only reads).
 WRITES = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND
 #: How many times a request lets blocking work run (or other requests pass) before it is
@@ -238,7 +242,10 @@ class Operations(pyfuse3.Operations):
         self._settling = trio.lowlevel.ParkingLot()  # saves waiting for theirs (settled)
         self._dirs: dict[int, list[tuple[str, v.Attr]]] = {}  # handle -> listing
         self._listings: dict[int, list[tuple[str, v.Attr]]] = {}  # (NO_OPENDIR) inode -> one
-        self._files: dict[int, v.Snapshot] = {}  # read handles: what each one reads
+        self._files = OpenFiles()  # read handles: what each one reads
+        #: Files whose first bytes the kernel was given (``_push``) since their pages were
+        #: last dropped; None until the kernel's ``init`` (no page cache to give them to).
+        self._pushed: set[int] | None = None
         # Folders a recursive removal was told it removed (they stay): the kernel marked its
         # inode dead, so the folder comes back under a new generation, as a new inode.
         self._generation: dict[int, int] = {}
@@ -332,9 +339,7 @@ class Operations(pyfuse3.Operations):
         if snap is None:
             return None  # (being written)
         try:
-            if isinstance(snap, v.Later) and snap.inner is None and not self.view.unshelve(snap):
-                self.view.ready(snap.ino, False, False, set())  # (its session as it is now)
-                self.view.fill(snap)
+            self._filled(snap)
             return snap.read(off, size)
         except v.Busy:
             return None  # (a parse, or a big part of conversation.md, to make off the loop)
@@ -343,7 +348,7 @@ class Operations(pyfuse3.Operations):
     def release_now(self, fh: int) -> bool:
         if self.editor.owns(fh):
             return False  # (the last save may be made)
-        reader = self._files.pop(fh, None)
+        reader = self._files.pop(fh)
         if reader is not None:
             reader.close()
         return True
@@ -593,11 +598,16 @@ class Operations(pyfuse3.Operations):
         # consistent version while its session grows, is rewritten or disappears. What can
         # change bypasses the page cache (but tree.txt and session.json of the file as it
         # is, see View.cacheable), so invalidating it seldom waits on page locks.
-        snap = self._files[fh] = self.view.snapshot(inode)
+        snap = self.view.snapshot(inode)
+        self._files.add(fh, inode, snap)
         # A message being written: the kernel's size for it follows the writer's bytes, so
         # this reader reads ours (the saved version) past the kernel's size and page cache.
         # conversation.md only grows at its end: a repeated grep -r reads it from the cache.
         cached = self.view.cacheable(inode, snap.size) and not self.editor.writing(inode)
+        if cached:
+            self._push(fh, inode, snap)
+        else:
+            self._dropped(inode)  # (the kernel drops the pages at such an open)
         return reading(fh, cached)
 
     def _open_later(self, inode: int, flags: int) -> pyfuse3.FileInfo | None:
@@ -607,8 +617,49 @@ class Operations(pyfuse3.Operations):
         if later is None:
             return None
         fh = next(self._fh)
-        self._files[fh] = later
+        self._files.add(fh, inode, later)
+        self._push(fh, inode, later)
         return reading(fh, cached=True)
+
+    def _push(self, fh: int, ino: int, snap: v.Snapshot) -> None:
+        """Give the kernel the first :data:`PUSH_BYTES` of file ``ino`` for its page cache
+        at the open of read handle ``fh``, before anyone asks (FUSE_NOTIFY_STORE): a walk's
+        reads then find them there, with no request each (a cold ``rg`` of a later mount
+        sent five a session). Once per file until its pages are dropped; only while no other
+        handle of it is open: a read in flight locks the pages the kernel fills, and the
+        loop that would answer that read is this one (a stall of the mount). Whatever stops
+        it (a parse or a render due first, the file gone) leaves the bytes to the reads."""
+        if self._pushed is None or ino in self._pushed or not self._files.alone(ino):
+            return
+        try:
+            self._filled(snap)
+            data = snap.read(0, min(snap.size, PUSH_BYTES))
+        except (v.Busy, v.ViewError, Unreadable, OSError):
+            return
+        if not data:
+            return
+        try:
+            pyfuse3.notify_store(ino, 0, data)
+        except OSError as err:  # the kernel no longer holds it, or stores nothing
+            log.debug("store of %d: %s", ino, err)
+            return
+        self._pushed.add(ino)
+
+    def _dropped(self, ino: int) -> None:
+        if self._pushed is not None:
+            self._pushed.discard(ino)
+
+    def init(self) -> None:
+        """The kernel's hello: from now on it has a page cache to give bytes to."""
+        self._pushed = set()
+
+    def _filled(self, snap: v.Snapshot) -> None:
+        """Make the bytes of a handle opened from kept answers, if not yet: from the shelf
+        or the disk cache, else from its session, when it is parsed and up to date (else
+        :class:`~pisessfs.view.Busy`: the handler's ``_ready`` runs what is due)."""
+        if isinstance(snap, v.Later) and snap.inner is None and not self.view.unshelve(snap):
+            self.view.ready(snap.ino, False, False, set())
+            self.view.fill(snap)
 
     @handler
     async def read(self, fh: int, off: int, size: int) -> bytes:
@@ -750,7 +801,7 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def release(self, fh: int) -> None:
-        reader = self._files.pop(fh, None)
+        reader = self._files.pop(fh)
         if reader is not None:
             reader.close()
         if not self.editor.owns(fh):
@@ -828,6 +879,8 @@ class Operations(pyfuse3.Operations):
         queue = self.view.invalidations
         while queue:
             item = queue.popleft()
+            if item[1] is None or item[1] == v.PAGES:
+                self._dropped(item[0])  # (its pages go, or its size changed)
             if item in self._queued:
                 continue  # already on its way: a burst of appends asks for the same ones
             try:
@@ -936,6 +989,7 @@ class Operations(pyfuse3.Operations):
             for ino, count in inode_list:
                 self.view.forget(ino, count)
                 self._listings.pop(ino, None)
+                self._dropped(ino)
                 self.editor.forget(ino)
             log.debug("forget %d inodes: %d named, %d held", len(inode_list), *self.view.named())
         except Exception:

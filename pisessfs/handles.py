@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import zlib
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 
 from . import onefile
@@ -35,6 +35,44 @@ class Snapshot:
 
     def close(self) -> None:
         return None
+
+
+class OpenFiles:
+    """The read handles open now, each with its file's inode, and how many each file has
+    (the adapter gives the kernel a file's first bytes at an open only while no other
+    handle of it is open: a read in flight holds the pages, ``Operations._push``)."""
+
+    def __init__(self) -> None:
+        self._by_fh: dict[int, tuple[int, Snapshot]] = {}
+        self._per_ino: Counter[int] = Counter()
+
+    def add(self, fh: int, ino: int, snap: Snapshot) -> None:
+        self._by_fh[fh] = (ino, snap)
+        self._per_ino[ino] += 1
+
+    def get(self, fh: int) -> Snapshot | None:
+        got = self._by_fh.get(fh)
+        return None if got is None else got[1]
+
+    def __getitem__(self, fh: int) -> Snapshot:
+        return self._by_fh[fh][1]
+
+    def pop(self, fh: int) -> Snapshot | None:
+        got = self._by_fh.pop(fh, None)
+        if got is None:
+            return None
+        ino, snap = got
+        self._per_ino[ino] -= 1
+        if not self._per_ino[ino]:
+            del self._per_ino[ino]
+        return snap
+
+    def alone(self, ino: int) -> bool:
+        """Whether file ``ino`` has one handle open (the one just added)."""
+        return self._per_ino[ino] == 1
+
+    def __len__(self) -> int:
+        return len(self._by_fh)
 
 
 class Later(Snapshot):

@@ -275,3 +275,48 @@ def test_what_is_answered_at_once_is_what_the_handlers_answer(
     for kind, ino, answer in asked:
         assert _answered_at_once(ops, kind, ino, answer), (kind, ops.view.key(ino))
     assert not ops._files  # (every handle released)
+
+
+def test_a_file_is_given_to_the_kernel_at_its_open_once_and_never_beside_a_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At a read-only open of a file the kernel may cache, its bytes go to the page cache
+    first (``_push``, FUSE_NOTIFY_STORE): once, until the view drops its pages or the
+    kernel forgets it; never while another handle of it is open (a read in flight locks
+    the pages the store fills, and the loop that answers it would be waiting)."""
+    stored: list[tuple[int, int, bytes]] = []
+    monkeypatch.setattr(pyfuse3, "notify_store", lambda *a: stored.append(a))  # (no kernel)
+    ops = ops_for(tmp_path)
+    ops.init()  # (the kernel's hello: before it, nothing is given)
+
+    async def opened() -> tuple[int, int]:
+        sess = await enter(ops)
+        tree = await ops.lookup(sess.st_ino, b"tree.txt", CTX)
+        fi = await ops.open(tree.st_ino, os.O_RDONLY, CTX)
+        return tree.st_ino, fi.fh
+
+    def open_now(ino: int) -> int:
+        fi = ops.open_now(ino, os.O_RDONLY)
+        assert fi is not None
+        return fi.fh
+
+    def release(*fhs: int) -> None:
+        for fh in fhs:
+            assert ops.release_now(fh) is True
+
+    tree, first = trio.run(opened)
+    whole = trio.run(ops.read, first, 0, 1 << 20)
+    assert stored == [(tree, 0, whole)] and whole
+    release(open_now(tree))
+    assert len(stored) == 1  # given already
+    ops.view.invalidations.append((tree, PAGES))
+    ops.drain()  # (its pages go)
+    beside = open_now(tree)  # (the first is still open)
+    assert len(stored) == 1
+    release(first, beside)
+    release(open_now(tree))
+    assert stored == [(tree, 0, whole)] * 2
+    trio.run(ops.forget, [(tree, 1)])
+    tree, last = trio.run(opened)  # (known anew: given again)
+    assert stored[2:] == [(tree, 0, whole)]
+    release(last)

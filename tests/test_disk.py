@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -23,6 +24,7 @@ import orjson
 import pytest
 
 from pisessfs import disk, layout
+from pisessfs.fuse_ops import PUSH_BYTES
 from pisessfs.sessions import Store
 from pisessfs.view import Key, NotFound, View
 
@@ -565,6 +567,21 @@ def test_rg_on_a_later_mount_parses_nothing(corpus: Path, cache: Path) -> None:
         found = subprocess.run(["rg", "-c", "needle", str(m.path)], capture_output=True)
         assert found.returncode == 0
     assert parsed(finished(m)) == []
+
+
+def test_a_later_mount_gives_the_kernel_each_file_at_its_open(corpus: Path, cache: Path) -> None:
+    """A walk of a later mount reads unchanged sessions from the kernel's page cache: each
+    file's bytes (all of a file under ``PUSH_BYTES``) are given to it at the file's open,
+    so ``grep -r`` sends no read request, and finds what the first mount found."""
+    with mounted(corpus, "--disk-cache", str(cache)) as m:
+        want = grep(m.path, "needle")
+    finished(m)
+    with mounted(corpus, "--disk-cache", str(cache), "--debug") as m:
+        assert grep(m.path, "needle") == want
+    log = finished(m)
+    assert " open(" in log  # (the walk opened the files: their reads are what is gone)
+    reads = re.findall(r" read\(\d+, (\d+), \d+\)", log)
+    assert all(int(off) >= PUSH_BYTES for off in reads), reads  # (the end of a big file)
 
 
 def test_an_entry_saved_again_keeps_what_that_mount_did_not_make(
