@@ -348,9 +348,7 @@ class Operations(pyfuse3.Operations):
     def release_now(self, fh: int) -> bool:
         if self.editor.owns(fh):
             return False  # (the last save may be made)
-        reader = self._files.pop(fh)
-        if reader is not None:
-            reader.close()
+        self._close_reader(fh)
         return True
 
     @now
@@ -559,22 +557,24 @@ class Operations(pyfuse3.Operations):
         so one listing's entries and offsets agree."""
         listing = self._kept_continued(ino, start)
         if listing is None:
-            listing = self._listings[ino] = await self._listing(ino)
-            if start >= len(listing):
-                self._listings.pop(ino, None)
+            listing = self._going_on(ino, start, await self._listing(ino))
         return listing
 
     def _kept_continued(self, ino: int, start: int) -> list[tuple[str, v.Attr]] | None:
         """``_continued`` from what is kept (the listing begun, a session's kept answers),
         or None when the listing must be made."""
-        listing = self._listings.get(ino) if start else None
-        if listing is None:
-            listing = self.view.kept_listing(ino)
-            if listing is None:
-                return None
-            self._listings[ino] = listing
+        listing = (self._listings.get(ino) if start else None) or self.view.kept_listing(ino)
+        return None if listing is None else self._going_on(ino, start, listing)
+
+    def _going_on(
+        self, ino: int, start: int, listing: list[tuple[str, v.Attr]]
+    ) -> list[tuple[str, v.Attr]]:
+        """``listing``, kept for the readdirs of folder ``ino`` after the one from ``start``
+        until its end is asked for."""
         if start >= len(listing):
             self._listings.pop(ino, None)
+        else:
+            self._listings[ino] = listing
         return listing
 
     @handler
@@ -804,9 +804,7 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def release(self, fh: int) -> None:
-        reader = self._files.pop(fh)
-        if reader is not None:
-            reader.close()
+        self._close_reader(fh)
         if not self.editor.owns(fh):
             return
         try:
@@ -818,6 +816,11 @@ class Operations(pyfuse3.Operations):
         finally:
             self.editor.close(fh)
             self.drain()
+
+    def _close_reader(self, fh: int) -> None:
+        reader = self._files.pop(fh)
+        if reader is not None:
+            reader.close()
 
     def _lock(self, path: str) -> trio.Lock:
         return self._locks.setdefault(path, trio.Lock())
