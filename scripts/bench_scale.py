@@ -47,6 +47,9 @@ TARGET_GREP_WARM = 2.0
 TARGET_RG_WARM = 3.0
 TARGET_COLD = 4.0
 MARKER = "corpus.json"  # what a generated corpus was made with
+#: Which generator made a corpus: one made by another is not reused (2: non-ASCII text about
+#: as often as in real sessions, see ``bench_gen.FOREIGN_SHARE``).
+GENERATOR = 2
 
 
 def generate(root: Path, sessions: int, mb: int, projects: int, big_mb: int) -> dict[str, Any]:
@@ -64,13 +67,26 @@ def generate(root: Path, sessions: int, mb: int, projects: int, big_mb: int) -> 
         bench_gen.generate_session(folder / f"2026-{i:05d}.jsonl", size, seed=i)
         if i % 500 == 0:
             b.log(f"corpus: {i}/{len(sizes)} sessions, {time.perf_counter() - t0:.0f} s")
-    facts = {"sessions": len(sizes), "projects": projects, "bytes": _du(root)}
+    facts: dict[str, Any] = {"sessions": len(sizes), "projects": projects, "bytes": _du(root)}
+    facts["non_ascii_lines"] = round(_non_ascii(root), 3)
+    facts["generator"] = GENERATOR
     (root.parent / MARKER).write_bytes(orjson.dumps(facts))
     return facts
 
 
 def _du(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*.jsonl"))
+
+
+def _non_ascii(root: Path) -> float:
+    """The share of lines that are not ASCII (real Pi sessions: about 6%)."""
+    lines = other = 0
+    for p in root.rglob("*.jsonl"):
+        with p.open("rb") as f:
+            for line in f:
+                lines += 1
+                other += not line.isascii()
+    return other / max(1, lines)
 
 
 def timed(argv: list[str]) -> float:
@@ -193,6 +209,11 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     raw = corpus / "sessions"
     if (corpus / MARKER).exists():
         facts = orjson.loads((corpus / MARKER).read_bytes())
+        if facts.get("generator") != GENERATOR:
+            raise SystemExit(
+                f"{corpus}: made by another version of the generator: remove it, or name "
+                "another --corpus folder"
+            )
         b.log(f"corpus: reusing {raw} ({facts['sessions']} sessions)")
     else:
         b.log(f"corpus: generating {args.sessions} sessions, {args.mb} MiB into {raw}")
