@@ -153,10 +153,13 @@ class Conversation:
         self._packed: dict[int, bytes] = {}  # groups' bytes compressed (zlib, level 1)
         self._packed_bytes = 0
         self._open: list[bytes] = []  # the last group's bytes, while it fills
-        # Calls of ``add``: after the first, the text shows what this mount showed as the
-        # file grew (it only grows at its end), which a render of the whole file may not
-        # (a line that took an earlier one's id): the disk cache keeps only a first render.
-        self.adds = 0
+        # Whether the text is still what one render of the whole file gives (see
+        # ``exact``): it stops being so when a problem is found about a line shown by an
+        # earlier ``add``, as it is then noted after the new entries, not at its line.
+        # (A line that changes what earlier ones mean, such as one that takes an earlier
+        # line's id, makes the index be built anew, and with it a new Conversation.)
+        self.late = False
+        self._line = -1  # the last line shown (an entry's or a problem's)
 
     def add(
         self,
@@ -168,9 +171,10 @@ class Conversation:
     ) -> None:
         """Show ``entries[done:]`` (call under ``lock``); ``sized`` is told the size of each
         entry's block in a branch view (so no branch is rendered to learn its size)."""
-        self.adds += 1
         fresh = [p for p in problems if (p.line, p.kind, p.detail) not in self.said]
         fresh.sort(key=lambda p: p.line)
+        if fresh and fresh[0].line <= self._line:
+            self.late = True
         k = 0
         for i in range(self.done, len(entries)):
             e = entries[i]
@@ -189,7 +193,22 @@ class Conversation:
             note = problem_note(p)
             self._put(note, note)
         self.said.update((p.line, p.kind, p.detail) for p in fresh)
+        if self.last is not None:
+            self._line = max(self._line, self.last.line)
+        if fresh:
+            self._line = max(self._line, fresh[-1].line)
         self.done = max(self.done, len(entries))
+
+    def noted(self, problems: Sequence[Problem]) -> bool:
+        """Whether every one of ``problems`` is noted already."""
+        return all((p.line, p.kind, p.detail) in self.said for p in problems)
+
+    def exact(self, problems: Sequence[Problem]) -> bool:
+        """Whether the text is what one render of the whole file, whose problems are
+        ``problems``, gives (the disk cache keeps only such a text): no problem was noted
+        late, and those noted are those there are (none went away, as a torn last line's
+        does once it is whole; none is still to be noted)."""
+        return not self.late and self.said == {(p.line, p.kind, p.detail) for p in problems}
 
     def _put(self, data: bytes, item: int | bytes) -> None:
         with self._mu:

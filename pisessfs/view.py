@@ -61,7 +61,7 @@ from .errors import (
 from .handles import ConvSnapshot, FileSnapshot, Later, OnDisk, Snapshot, Unshelved
 from .kept import Answers, Kept
 from .layout import KINDS, RAW, WHOLE_KINDS, Fork, Growth, Request, fork_holds, fork_of
-from .model import Entry
+from .model import Entry, Problem
 from .names import VIEW_SUFFIX, id_name, name_id, utf8
 from .scratch import Node, Overlay
 from .sessions import (
@@ -698,15 +698,21 @@ class View:
         key = self.key(ino)
         return KINDS[key.kind].content(self, key)
 
-    def rendered(self, s: Loaded, key: Key, d: dict[str, Any] | None = None) -> Rendered:
+    def rendered(
+        self, s: Loaded, key: Key, d: dict[str, Any] | None = None, keep: bool = True
+    ) -> Rendered:
         """An entry's message file and its images, from one parse (``d``, when the caller
-        has it), kept in a byte-capped LRU."""
-        hit = self._cached(key, s)
+        has it), kept in a byte-capped LRU. ``keep`` False: a render for conversation.md,
+        neither looked up nor kept (a walk reads the text there, not in the message files:
+        keeping each entry of a year of sessions cost a twentieth of a first walk, and
+        pushed out what was read)."""
+        hit = self._cached(key, s) if keep else None
         if hit is not None:
             return hit
         e = self.entry(s, key.eid)
         d = s.parsed(e) if d is None else d
-        return self._keep(key, (render.render(d, self.context(s, e, d)), render.images(d)), s)
+        done = (render.render(d, self.context(s, e, d)), render.images(d))
+        return self._keep(key, done, s) if keep else done
 
     def context(self, s: Loaded, e: Entry, d: dict[str, Any]) -> render.Context:
         """What entry ``e``'s file shows of other entries: the call a tool result answers
@@ -785,8 +791,11 @@ class View:
 
     # -- one-file views ---------------------------------------------------------------------
 
-    def piece(self, s: Loaded, e: Entry, d: dict[str, Any] | None = None) -> onefile.Piece:
-        """What a one-file view shows of entry ``e`` (parsed as ``d``, when the caller has it)."""
+    def piece(
+        self, s: Loaded, e: Entry, d: dict[str, Any] | None = None, keep: bool = True
+    ) -> onefile.Piece:
+        """What a one-file view shows of entry ``e`` (parsed as ``d``, when the caller has
+        it; ``keep``: see :meth:`rendered`)."""
         if not e.numbered:
             d = s.parsed(e) if d is None else d
             if e.type == "context_edit":  # what the model stops seeing, said in full
@@ -797,7 +806,7 @@ class View:
         num = s.index.num.get(e.id, 0)
         key = Key("msg", s.path, s.epoch, e.id)
         # (a line whose id a later line took renders as the winner, as the entry folders do)
-        body, images = self.rendered(s, key, d if s.index.by_id.get(e.id) is e else None)
+        body, images = self.rendered(s, key, d if s.index.by_id.get(e.id) is e else None, keep)
         width = render.number_width(num)  # its folder's: the entry is the last file there
         kind = e.kind or "message"
         names = [
@@ -852,18 +861,25 @@ class View:
         conv = self.conversation(s)
         with conv.lock:
             entries = s.parser.entries  # complete lines only: a torn tail may still change
-            if conv.done < len(entries):
-                problems = [*s.parser.problems, *s.index.problems]
+            problems = self._problems(s)
+            # (new problems alone too: a malformed line appended after the last entry is
+            # noted now, not once another entry comes)
+            if conv.done < len(entries) or not conv.noted(problems):
                 pieces = self._first_pieces(s)
                 conv.add(entries, problems, self._numbers(s), pieces, self._sizer(s))
             return conv.size
+
+    @staticmethod
+    def _problems(s: Loaded) -> list[Problem]:
+        """The problems conversation.md notes: the parser's, then the index's."""
+        return [*s.parser.problems, *s.index.problems]
 
     def _first_pieces(self, s: Loaded) -> Callable[[Entry], onefile.Piece]:
         """Pieces for entries conversation.md shows for the first time: each line is parsed
         once for them and for tree.txt's previews and session.json's stats (the listing that
         renders one renders the others)."""
         made = summary.previews_of(s)
-        return lambda e: self.piece(s, e, made.offer(s, e))
+        return lambda e: self.piece(s, e, made.offer(s, e), keep=False)
 
     @staticmethod
     def _sizer(s: Loaded) -> Callable[[Entry, int], None]:
@@ -892,7 +908,8 @@ class View:
         return lambda eid: s.index.num.get(eid, 0)
 
     def _pieces(self, s: Loaded) -> Callable[[Entry], onefile.Piece]:
-        return lambda e: self.piece(s, e)
+        """Pieces for conversation.md's groups made again (each is held as a whole)."""
+        return lambda e: self.piece(s, e, keep=False)
 
     def conv_size(self, s: Loaded) -> int:
         """conversation.md's size as :meth:`ready` rendered it."""
@@ -1184,7 +1201,7 @@ class View:
     def save(self, s: Loaded) -> bool:
         """Write what session ``s`` answered, and its whole-session files, to the disk cache
         (in its thread), when they are what a render of its file as it is now gives: not a
-        ``conversation.md`` that grew in this mount (see ``Conversation.adds``), not of a
+        ``conversation.md`` whose text is not (see ``Conversation.exact``), not of a
         file that changed since it was read (its ctime moved: a rewrite that kept size and
         mtime too). A fork's ``parent`` link, which follows other files, is saved with what
         it led to, and checked again at its first use (``kept``)."""
@@ -1193,7 +1210,7 @@ class View:
             return False
         held = self._kept.get(s.path, s.ident)
         conv = s.memo.get("conversation")
-        if held is None or (conv is not None and conv.adds > 1):
+        if held is None or (conv is not None and not conv.exact(self._problems(s))):
             return False
         try:
             st = sf.stat()

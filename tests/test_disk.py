@@ -23,8 +23,9 @@ from typing import Any
 import orjson
 import pytest
 
-from pisessfs import disk, layout
+from pisessfs import disk, layout, onefile
 from pisessfs.fuse_ops import PUSH_BYTES
+from pisessfs.model import Entry, Problem
 from pisessfs.sessions import Store
 from pisessfs.view import Key, NotFound, View
 
@@ -336,11 +337,12 @@ def test_a_cache_folder_others_may_enter_is_not_used(corpus: Path, cache: Path) 
     assert entries(cache) == []
 
 
-def test_a_conversation_that_grew_in_a_mount_is_not_kept(
+def test_a_conversation_whose_text_a_new_line_changes_is_made_again(
     corpus: Path, cache: Path, tmp_path: Path
 ) -> None:
-    """conversation.md only grows while mounted; a line that takes an earlier line's id
-    makes that text differ from a render of the whole file, which a later mount must show."""
+    """conversation.md only grows while mounted, but a line that takes an earlier line's id
+    changes what the earlier one shows: the index is built anew, conversation.md made again
+    from the whole file, and that is what a later mount shows."""
     grown = next(p for p in corpus.rglob("*.jsonl") if p.name.endswith("_h1.jsonl"))
     again: dict[str, Any] = {
         "type": "message",
@@ -360,6 +362,77 @@ def test_a_conversation_that_grew_in_a_mount_is_not_kept(
     second, _ = walked(corpus, cache)
     fresh, _ = walked(corpus, tmp_path / "other", "--disk-cache", "off")
     assert second == fresh
+
+
+def test_a_conversation_that_grew_cleanly_in_a_mount_is_kept(
+    corpus: Path, cache: Path, tmp_path: Path
+) -> None:
+    """The sessions Pi appends to while mounted (conversation.md made for their new lines
+    only) are saved at unmount: the next mount serves them without parsing them, as a render
+    of the whole file shows them."""
+    grown = next(p for p in corpus.rglob("*.jsonl") if p.name.endswith("_h1.jsonl"))
+    more: dict[str, Any] = {
+        "type": "message",
+        "id": "later",
+        "parentId": "ok",
+        "timestamp": "2026-03-02T09:15:00.000Z",
+        "message": {"role": "user", "content": "a later needle"},
+    }
+    with mounted(corpus, "--disk-cache", str(cache)) as m:
+        conv = named(m.path / "hostile" / H1) / "conversation.md"
+        before = conv.read_bytes()
+        with grown.open("a") as f:
+            f.write(json.dumps(more) + "\n")
+        wait_for(lambda: b"a later needle" in conv.read_bytes(), 10, "the append shown")
+        assert conv.read_bytes().startswith(before)  # (made for the new line only)
+        seen(m.path)
+    finished(m)
+    second, log = walked(corpus, cache)
+    assert not [line for line in parsed(log) if grown.name in line]  # (from the disk cache)
+    fresh, _ = walked(corpus, tmp_path / "other", "--disk-cache", "off")
+    assert second == fresh
+
+
+@pytest.mark.warns
+def test_a_problem_found_after_the_last_entry_is_noted_at_once(tmp_path: Path) -> None:
+    """A malformed line appended after a session's last entry is noted in conversation.md
+    as soon as it is read (not once another entry comes), and that text is the one a render
+    of the whole file gives, which the disk cache may keep; one noted only once it is read
+    again is not."""
+    root, path = _one_session(tmp_path, messages=4)
+    _, v, c = _view_on(root, tmp_path / "cache")
+    _listing(v, path)
+    with path.open("ab") as f:
+        f.write(b'{"type": "message", "id": \n')
+    s = v.up_to_date(str(path))  # (as the watcher has it read)
+    _listing(v, path)  # (as the kernel lists the folder again: conversation.md's new size)
+    text = v.conv_text(s)
+    assert b"> problem: line 6: malformed-json" in text
+    fresh = View(Store(str(root)))
+    assert text == fresh.conv_text(fresh.store.session(str(path)).load())
+    assert v.save(s)
+    c.close()
+
+
+def test_a_problem_noted_after_later_lines_makes_the_text_not_kept() -> None:
+    """A problem about a line shown by an earlier add goes after the new entries, where a
+    render of the whole file puts it at its line: that text is not one the disk cache keeps
+    (nor is one that noted a problem since gone)."""
+    entries = [
+        Entry(f"e{n}", f"e{n - 1}" if n else None, "message", None, n + 2, 0, 0, "user", None, None)
+        for n in range(3)
+    ]
+    piece = lambda e: onefile.Piece(e, 1, b"text", (), "")  # noqa: E731
+    number = lambda _eid: 1  # noqa: E731
+    conv = onefile.Conversation()
+    conv.add(entries[:2], [], number, piece)
+    late = Problem(2, "orphan", "as if found later")
+    conv.add(entries, [late], number, piece)
+    assert conv.noted([late]) and not conv.exact([late])
+    gone = onefile.Conversation()
+    torn = Problem(9, "malformed-json", "a line since made whole")
+    gone.add(entries, [torn], number, piece)
+    assert gone.exact([torn]) and not gone.exact([])
 
 
 def test_a_rewrite_that_kept_size_and_mtime_is_not_saved(tmp_path: Path) -> None:
