@@ -337,28 +337,37 @@ def test_a_cache_folder_others_may_enter_is_not_used(corpus: Path, cache: Path) 
     assert entries(cache) == []
 
 
+def _grown_while_mounted(corpus: Path, cache: Path, eid: str, text: str) -> Path:
+    """Mount, append a user message ``eid`` saying ``text`` under the last entry of the
+    hostile session h1, wait for its conversation.md to show it (made for the new line
+    only: what it showed before stays), walk, unmount; h1's file."""
+    grown = next(p for p in corpus.rglob("*.jsonl") if p.name.endswith("_h1.jsonl"))
+    line: dict[str, Any] = {
+        "type": "message",
+        "id": eid,
+        "parentId": "ok",
+        "timestamp": "2026-03-02T09:15:00.000Z",
+        "message": {"role": "user", "content": text},
+    }
+    with mounted(corpus, "--disk-cache", str(cache)) as m:
+        conv = named(m.path / "hostile" / H1) / "conversation.md"
+        before = conv.read_bytes()
+        with grown.open("a") as f:
+            f.write(json.dumps(line) + "\n")
+        wait_for(lambda: text.encode() in conv.read_bytes(), 10, "the append in conversation.md")
+        assert conv.read_bytes().startswith(before) == (eid != "x.md")  # (x.md: taken again)
+        seen(m.path)
+    finished(m)
+    return grown
+
+
 def test_a_conversation_whose_text_a_new_line_changes_is_made_again(
     corpus: Path, cache: Path, tmp_path: Path
 ) -> None:
     """conversation.md only grows while mounted, but a line that takes an earlier line's id
     changes what the earlier one shows: the index is built anew, conversation.md made again
     from the whole file, and that is what a later mount shows."""
-    grown = next(p for p in corpus.rglob("*.jsonl") if p.name.endswith("_h1.jsonl"))
-    again: dict[str, Any] = {
-        "type": "message",
-        "id": "x.md",
-        "parentId": "ok",
-        "timestamp": "2026-03-02T09:15:00.000Z",
-    }
-    again["message"] = {"role": "user", "content": "the id again"}
-    with mounted(corpus, "--disk-cache", str(cache)) as m:
-        conv = named(m.path / "hostile" / H1) / "conversation.md"
-        before = conv.read_bytes()
-        with grown.open("a") as f:
-            f.write(json.dumps(again) + "\n")
-        wait_for(lambda: conv.read_bytes() != before, 10, "the append in conversation.md")
-        seen(m.path)
-    finished(m)
+    _grown_while_mounted(corpus, cache, "x.md", "the id again")
     second, _ = walked(corpus, cache)
     fresh, _ = walked(corpus, tmp_path / "other", "--disk-cache", "off")
     assert second == fresh
@@ -370,23 +379,7 @@ def test_a_conversation_that_grew_cleanly_in_a_mount_is_kept(
     """The sessions Pi appends to while mounted (conversation.md made for their new lines
     only) are saved at unmount: the next mount serves them without parsing them, as a render
     of the whole file shows them."""
-    grown = next(p for p in corpus.rglob("*.jsonl") if p.name.endswith("_h1.jsonl"))
-    more: dict[str, Any] = {
-        "type": "message",
-        "id": "later",
-        "parentId": "ok",
-        "timestamp": "2026-03-02T09:15:00.000Z",
-        "message": {"role": "user", "content": "a later needle"},
-    }
-    with mounted(corpus, "--disk-cache", str(cache)) as m:
-        conv = named(m.path / "hostile" / H1) / "conversation.md"
-        before = conv.read_bytes()
-        with grown.open("a") as f:
-            f.write(json.dumps(more) + "\n")
-        wait_for(lambda: b"a later needle" in conv.read_bytes(), 10, "the append shown")
-        assert conv.read_bytes().startswith(before)  # (made for the new line only)
-        seen(m.path)
-    finished(m)
+    grown = _grown_while_mounted(corpus, cache, "later", "a later needle")
     second, log = walked(corpus, cache)
     assert not [line for line in parsed(log) if grown.name in line]  # (from the disk cache)
     fresh, _ = walked(corpus, tmp_path / "other", "--disk-cache", "off")
