@@ -206,8 +206,8 @@ class Conversation:
     def exact(self, problems: Sequence[Problem]) -> bool:
         """Whether the text is what one render of the whole file, whose problems are
         ``problems``, gives (the disk cache keeps only such a text): no problem was noted
-        late, and those noted are those there are (none went away, as a torn last line's
-        does once it is whole; none is still to be noted)."""
+        late, and those noted are those there are (none went away since it was noted,
+        none is still to be noted)."""
         return not self.late and self.said == {(p.line, p.kind, p.detail) for p in problems}
 
     def _put(self, data: bytes, item: int | bytes) -> None:

@@ -265,7 +265,8 @@ def report(r: dict[str, Any]) -> str:
     c = r["corpus"]
     lines = [
         f"corpus: {c['sessions']} sessions in {c['projects']} projects, "
-        f"{c['bytes'] / 2**20:.0f} MiB; word {r['word']!r}; medians of {r['runs']} runs",
+        f"{c['bytes'] / 2**20:.0f} MiB, {c['non_ascii_lines']:.0%} of lines not ASCII; "
+        f"word {r['word']!r}; medians of {r['runs']} runs",
         f"mount start {r['mount_start_s']:.2f} s; first grep -r (renders everything) "
         f"{r['first_grep_s']:.1f} s; daemon --cache-mb {r.get('cache_mb', 'default')}",
         "",
