@@ -177,9 +177,12 @@ def _json(v: object) -> str:
 
 def fence(text: str, lang: str = "") -> str:
     """A Markdown code block whose fence is longer than any backtick run inside it."""
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    mark = "`" * max(3, longest + 1)
+    mark = "`" * (_longest_run(text) + 1) if "```" in text else "```"  # (most have none)
     return f"{mark}{lang}\n{text}{'' if text.endswith(chr(10)) else chr(10)}{mark}\n"
+
+
+def _longest_run(text: str) -> int:
+    return max(len(m) for m in re.findall(r"`+", text))
 
 
 def blocks(content: object) -> list[dict[str, Any]]:
@@ -823,8 +826,9 @@ def _message_preview(msg: dict[str, Any], tool_call: str | None) -> str:
 def _returned(msg: dict[str, Any]) -> str:
     """What a tool result returned, in a few words: its first line of output, an error."""
     texts = (_s(b.get("text")) for b in blocks(msg.get("content")) if b.get("type") == "text")
-    head = next((t[:4096] for t in texts if t.strip()), "")  # a 10 MB output: its start
-    first = next((ln for ln in head.splitlines() if ln.strip()), "")
+    # (isspace, not strip: a 10 MB output is not copied to learn that it is not blank)
+    head = next((t[:4096] for t in texts if t and not t.isspace()), "")  # its start only
+    first = next((ln for ln in head.splitlines() if ln and not ln.isspace()), "")
     said = one_line(first, 60) if first else "(no output)"
     return f"error: {said}" if _on(msg.get("isError")) else said
 
