@@ -30,7 +30,7 @@ from benchlib import (
     wait_quiet,
 )
 
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "generated"
+FIXTURES = ROOT / "tests" / "fixtures" / "generated"
 
 #: DESIGN.md targets.
 TARGET_MOUNT_BARE = 1.25
@@ -246,9 +246,8 @@ def walk_sources(args: argparse.Namespace) -> list[Path]:
         return [EXAMPLES]
     if not FIXTURES.is_dir():
         raise SystemExit(
-            f"bench: the generated fixture sessions are not at {FIXTURES} (the shared folder "
-            "beside the checkout); pass --sessions DIR, or --examples-only to bench the 4 "
-            "example sessions alone"
+            f"bench: the generated fixture sessions are not at {FIXTURES}; pass --sessions "
+            "DIR, or --examples-only to bench the 4 example sessions alone"
         )
     return [FIXTURES, EXAMPLES]
 

@@ -22,6 +22,9 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+#: Sessions written by the real Pi, kept in the repository (a clean clone, as CI makes, has
+#: no ../shared beside it): a copy of ../shared/fixtures, which test_reading checks it is.
+FIXTURES = REPO / "tests" / "fixtures"
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
 EXAMPLES = REPO / "pisessfs" / "examples" / "sessions"
 ORACLE = REPO / "tests" / "pi" / "oracle.mjs"
@@ -130,11 +133,8 @@ def _own_cache_home(
 
 
 def fixture_files() -> list[Path]:
-    """Every Pi-written session we have: the shipped examples and ../shared/fixtures."""
-    files = sorted(EXAMPLES.rglob("*.jsonl"))
-    if SHARED_FIXTURES.is_dir():
-        files += sorted(SHARED_FIXTURES.rglob("*.jsonl"))
-    return files
+    """Every Pi-written session we have: the shipped examples and the fixtures."""
+    return sorted(EXAMPLES.rglob("*.jsonl")) + sorted(FIXTURES.rglob("*.jsonl"))
 
 
 @pytest.fixture

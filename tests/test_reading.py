@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import Mount, mounted
+from tests.conftest import FIXTURES, SHARED_FIXTURES, Mount, mounted
 
 FENCE = re.compile(r"^(`{3,})(\w*)\n(.*?)^\1$", re.M | re.S)
 BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{120,}")
@@ -301,3 +301,17 @@ def test_made_up_kinds_read_as_text(tmp_path: Path) -> None:
         "system: prompt update\ntime: 2026-11-20 10:00:09\n\n## tool added: deploy\nShip it.\n"
         "- target (string, required): where\n- dry (boolean, optional)\n"
     )
+
+
+def test_the_fixtures_are_the_shared_ones() -> None:
+    """tests/fixtures is the repository's copy of ../shared/fixtures (the sessions the real
+    Pi wrote), so that a clean clone tests every one of them: when the shared folder is
+    beside the checkout, the two hold the same files, byte for byte."""
+    mine = {p.relative_to(FIXTURES): p.read_bytes() for p in FIXTURES.rglob("*") if p.is_file()}
+    assert len([p for p in mine if p.suffix == ".jsonl"]) >= 20
+    if not SHARED_FIXTURES.is_dir():
+        return  # (a clean clone: the copy is what there is)
+    shared = {p.relative_to(SHARED_FIXTURES): p for p in SHARED_FIXTURES.rglob("*") if p.is_file()}
+    assert set(mine) == set(shared), "copy ../shared/fixtures to tests/fixtures again"
+    for rel, p in shared.items():
+        assert mine[rel] == p.read_bytes(), f"{rel}: copy ../shared/fixtures again"
