@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pisessfs.model import CONVERSATION_TYPES
+from pisessfs.names import id_name
 from tests.conftest import Mount, pi
 
 Oracle = dict[str, Any]
@@ -72,6 +73,7 @@ def _check_tree_session(folder: Path, oracle: Oracle, doc: dict[str, Any]) -> in
         leaf = os.getxattr(folder / "leaves" / name, "user.pi.id").decode()
         assert leaf in oracle["leaves"]
     _check_branch_view(folder / "current.md", folder / "current", None)
+    _check_nodes(folder, oracle)
     heads = headings((folder / "conversation.md").read_bytes())
     in_file = [e["id"] for e in oracle["entries"] if e["type"] in CONVERSATION_TYPES]
     assert [eid for eid, _ in heads] == in_file, folder  # every entry once, in file order
@@ -83,6 +85,24 @@ def _check_tree_session(folder: Path, oracle: Oracle, doc: dict[str, Any]) -> in
             text = oracle["userTexts"][eid]
             assert p.read_text() == (text if text.endswith("\n") else text + "\n"), p
     return len(oracle["leaves"])
+
+
+def _check_nodes(folder: Path, oracle: Oracle) -> None:
+    """``nodes/<id>/`` and ``nodes/<id>.md`` of entries inside branches too (a hundred per
+    session at most): Pi's ``getBranch(id)`` walks parents from ``id``, so it is the leaf's
+    branch cut at ``id``."""
+    path_to: dict[str, list[str]] = {}
+    for leaf in oracle["leaves"]:
+        branch = oracle["branches"][leaf] or []  # (none where Pi would loop)
+        for i, eid in enumerate(branch):
+            path_to.setdefault(eid, branch[: i + 1])
+    some = sorted(path_to)[:: max(1, len(path_to) // 100)]
+    for eid in some:
+        want = conversation(oracle, path_to[eid])
+        node = folder / "nodes" / id_name(eid)
+        assert ids_in(node) == want, (folder, eid)
+        _check_branch_view(node.with_name(node.name + ".md"), node, want)
+    assert len(some) >= min(len(path_to), 10), folder
 
 
 HEADING = re.compile(rb"^## (\d+) (\S+) \xc2\xb7 (\S+)(?: \xc2\xb7 .*)?\n\n", re.M)
@@ -113,6 +133,7 @@ def _check_v1_session(folder: Path, oracle: Oracle) -> int:
     want = conversation(oracle, oracle["branches"][leaf])
     files = files_in(folder / "current")
     assert len(files) == len(want), folder
+    _check_branch_view(folder / "current.md", folder / "current", None)
     roles = {e["id"]: e["role"] for e in oracle["entries"]}
     for p, eid in zip(files, want, strict=True):
         if roles[eid] == "user":

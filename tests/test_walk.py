@@ -11,6 +11,7 @@ import errno
 import os
 import re
 import shutil
+import stat
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -25,6 +26,7 @@ from tests.conftest import (
     RECIPE,
     Mount,
     drop_caches,
+    fixture_files,
     mounted,
     need,
     need_open_flags,
@@ -60,13 +62,27 @@ def message_files(session: Path) -> dict[str, bytes]:
     return out
 
 
-def test_a_walk_meets_every_message_once(mount: Mount) -> None:
+def session_files(sessions_root: Path) -> set[str]:
+    """The real session files a mount of ``sessions_root`` shows, as ``user.pi.file`` says."""
+    return {str(f.resolve()) for f in sessions_root.rglob("*.jsonl")}
+
+
+def shown_files(folders: list[Path]) -> set[str]:
+    """The real file of each session folder, by its ``user.pi.file``."""
+    return {str(Path(os.getxattr(f, "user.pi.file").decode()).resolve()) for f in folders}
+
+
+def test_a_walk_meets_every_message_once(mount: Mount, sessions: Path) -> None:
     files = walked(mount.path)
     assert not [p for p in files if p.name.endswith((".png", ".jpg"))]  # only via links
-    sessions = sorted({p.parent for p in files if p.name == "conversation.md"})
-    assert len(sessions) >= 4  # the examples (and ../shared/fixtures, when beside the clone)
+    found = sorted({p.parent for p in files if p.name == "conversation.md"})
+    # every session copied (the examples and tests/fixtures), each in one folder the walk meets
+    copied = len(list(sessions.rglob("*.jsonl")))
+    assert copied == len(fixture_files()), copied
+    assert len(found) == copied, (len(found), copied)
+    assert shown_files(found) == session_files(sessions)
     checked = 0
-    for session in sessions:
+    for session in found:
         mine = b"".join(data for p, data in files.items() if p.parent == session)
         bodies = message_files(session)
         times = Counter(bodies.values())  # two entries may say the same (the same read call)
@@ -78,6 +94,73 @@ def test_a_walk_meets_every_message_once(mount: Mount) -> None:
         # nothing of the session below its folder: leaves/ and nodes/ hold no files
         assert not [p for p in files if session in p.parents and p.parent != session]
     assert checked >= 10, checked
+
+
+def run(argv: list[str]) -> bytes:
+    """What a command prints (it must succeed), in the C locale: every byte is text to grep."""
+    done = subprocess.run(argv, capture_output=True, env={**os.environ, "LC_ALL": "C"})
+    assert done.returncode == 0, (argv, done.stderr.decode(errors="replace"))
+    return done.stdout
+
+
+def once(top: Path, names: list[bytes]) -> set[Path]:
+    """The paths a walker printed, relative to ``top``; none printed twice."""
+    paths = [Path(os.fsdecode(name)).relative_to(top) for name in names]
+    assert len(paths) == len(set(paths)), Counter(paths).most_common(3)
+    return set(paths)
+
+
+def test_every_walker_reads_the_files_os_walk_reads(
+    mount: Mount, sessions: Path, tmp_path: Path
+) -> None:
+    """``find``, ``grep -r``, ``du``, ``cp -r`` and ``rg`` over the whole mount read exactly
+    the regular files ``os.walk`` meets (not following links), each once: the files that
+    test_a_walk_meets_every_message_once shows hold each entry's full text once."""
+    top = mount.path
+    files = {p.relative_to(top): data for p, data in walked(top).items()}
+    want = set(files)
+    found = [top / p.parent for p in want if p.name == "conversation.md"]
+    assert len(found) == len(list(sessions.rglob("*.jsonl"))) == len(fixture_files())
+    assert shown_files(found) == session_files(sessions)
+    names = {Path(".")}  # every name os.walk meets, folders and links too
+    for dirpath, dirs, filenames in os.walk(top):
+        names |= {(Path(dirpath) / n).relative_to(top) for n in dirs + filenames}
+
+    # find: every regular file, once
+    seen = once(top, run(["find", str(top), "-type", "f", "-print0"]).split(b"\0")[:-1])
+    assert seen == want, seen ^ want
+
+    # grep -r: every file it reads, once, with all its lines (it follows no link below the
+    # top); -Z: "path\0count\n"
+    records = [rec.split(b"\0") for rec in run(["grep", "-rcZ", "", str(top)]).splitlines()]
+    assert once(top, [name for name, _ in records]) == want
+    grepped = {Path(os.fsdecode(name)).relative_to(top): int(n) for name, n in records}
+    lines = {p: data.count(b"\n") + (data[-1:] not in (b"", b"\n")) for p, data in files.items()}
+    assert grepped == lines
+
+    # du -ab: every name once, with its apparent size; its regular files are the walk's
+    sizes: dict[Path, int] = {}
+    for rec in run(["du", "-ab", "-0", str(top)]).split(b"\0")[:-1]:
+        size, name = rec.split(b"\t", 1)
+        path = Path(os.fsdecode(name)).relative_to(top)
+        assert path not in sizes, path
+        sizes[path] = int(size)
+    assert set(sizes) == names, set(sizes) ^ names
+    regular = {p: n for p, n in sizes.items() if stat.S_ISREG((top / p).lstat().st_mode)}
+    assert regular == {p: len(data) for p, data in files.items()}
+
+    # cp -r: the copy holds the same regular files, byte for byte (links stay links)
+    copy = tmp_path / "copy"
+    run(["cp", "-r", str(top), str(copy)])
+    copied = {p.relative_to(copy): data for p, data in walked(copy).items()}
+    assert set(copied) == want, set(copied) ^ want
+    assert copied == files
+
+    # rg --files: hidden and ignored files too, links not followed
+    need(shutil.which("rg") is not None, "ripgrep (rg) is not installed (apt install ripgrep)")
+    argv = ["rg", "--files", "-uu", "--no-messages", "-0", str(top)]
+    seen = once(top, run(argv).split(b"\0")[:-1])
+    assert seen == want, seen ^ want
 
 
 PHRASE = "Grandma's recipes are full of them"

@@ -335,6 +335,59 @@ def test_editing_a_message_with_an_image_carries_the_image(mount: Mount, tmp_pat
     assert (folder / "current" / "0002-user.1.png").read_bytes() == png
 
 
+# -- through leaves/<leaf>/ of a branch that is not current -------------------------------------
+
+OTHER_LEAF = "96ce5b75"  # the recipe session's other leaf (its branch of 0013)
+OTHER_USER = "0013-user.md"  # "Nice! Can you also support unicode fractions…" on that branch
+OTHER_USER_ID = "f7fa1295"
+OTHER_USER_PARENT = "c2b2eb43"
+
+
+def other_leaf(s: Session) -> Path:
+    """The folder ``ls leaves/`` shows for the one branch that ``current`` is not."""
+    leaves = s.folder / "leaves"
+    cur = os.path.basename(os.readlink(s.current))
+    (name,) = [n for n in os.listdir(leaves) if not n.endswith(".md") and n != cur]
+    assert os.getxattr(leaves / name, "user.pi.id").decode() == OTHER_LEAF
+    return leaves / name
+
+
+def test_new_message_through_a_leaf_that_is_not_current(s: Session, tmp_path: Path) -> None:
+    leaf = other_leaf(s)
+    listing = sorted(os.listdir(leaf))
+    before = len(s.lines())
+    subprocess.run(["sh", "-c", f"printf 'on the other branch\\n' > '{leaf}/new.md'"], check=True)
+    new = one_new(s, before, tmp_path, OTHER_LEAF, "on the other branch")
+    assert [n for n in os.listdir(s.folder / "leaves") if n.startswith(new + "-")]
+    assert os.readlink(s.current).startswith(f"leaves/{new}-")
+    assert sorted(os.listdir(leaf)) == listing  # the leaf's folder still shows its path
+
+
+@pytest.mark.parametrize("tool", ["sed-i", "vim", "python-open-w"])
+def test_editing_through_a_leaf_that_is_not_current_forks_once(
+    s: Session, tmp_path: Path, tool: str
+) -> None:
+    leaf = other_leaf(s)
+    target = leaf / OTHER_USER
+    assert _id_of(target) == OTHER_USER_ID
+    original, listing = target.read_text(), sorted(os.listdir(leaf))
+    before = len(s.lines())
+    if tool == "sed-i":
+        subprocess.run(["sed", "-i", "1s/^/Please: /", str(target)], check=True)
+    elif tool == "vim":
+        vim("1s/^/Please: /", "wq", path=target)
+    else:
+        with open(target, "w") as f:
+            f.write("Please: " + original)
+    edited = "Please: " + original
+    one_new(s, before, tmp_path, OTHER_USER_PARENT, edited.removesuffix("\n"))
+    assert (s.current / OTHER_USER).read_text() == edited  # current follows the fork
+    # the edited branch still shows the original, and no scratch files are left in it
+    wait_for(lambda: _id_of(target) == OTHER_USER_ID, 5, "the original under its name")
+    assert target.read_text() == original
+    assert sorted(os.listdir(leaf)) == listing
+
+
 # -- refusals ----------------------------------------------------------------------------------
 
 
