@@ -167,13 +167,29 @@ class Loaded:
         return [*self.parser.entries, tail] if tail else self.parser.entries
 
     def problems(self) -> list[Problem]:
-        out = [*self.parser.problems, *self.index.problems]
+        """Every problem of the file as it is now (session.json and tree.txt list them)."""
+        out = self.lasting_problems()
         if self.parser.tail_problem:
             out.append(self.parser.tail_problem)
-        said = ("no-header", "bom", "harness-storage")
-        if self.parser.header is None and not any(p.kind in said for p in out):
-            out.append(Problem(0, "no-header", "no session header: Pi does not load this file"))
+        if not self.parser.lines:
+            out += self._headless(out)
         return sorted(out, key=lambda p: p.line)
+
+    def lasting_problems(self) -> list[Problem]:
+        """The problems no later append takes back, which conversation.md notes (it only
+        grows): not a torn last line's, which Pi may yet finish, nor the missing header of
+        a file with no whole line yet (Pi writes its header first)."""
+        out = [*self.parser.problems, *self.index.problems]
+        if self.parser.lines:
+            out += self._headless(out)
+        return out
+
+    def _headless(self, found: list[Problem]) -> list[Problem]:
+        """A file without a session header, when no problem found says so already."""
+        said = ("no-header", "bom", "harness-storage")
+        if self.parser.header is not None or any(p.kind in said for p in found):
+            return []
+        return [Problem(0, "no-header", "no session header: Pi does not load this file")]
 
     def stats(self) -> Stats:
         """Counts, models, tokens and cost: gathered on demand (session.json), not while

@@ -61,7 +61,7 @@ from .errors import (
 from .handles import ConvSnapshot, FileSnapshot, Later, OnDisk, Snapshot, Unshelved
 from .kept import Answers, Kept
 from .layout import KINDS, RAW, WHOLE_KINDS, Fork, Growth, Request, fork_holds, fork_of
-from .model import Entry, Problem
+from .model import Entry
 from .names import VIEW_SUFFIX, id_name, name_id, utf8
 from .scratch import Node, Overlay
 from .sessions import (
@@ -861,18 +861,13 @@ class View:
         conv = self.conversation(s)
         with conv.lock:
             entries = s.parser.entries  # complete lines only: a torn tail may still change
-            problems = self._problems(s)
+            problems = s.lasting_problems()
             # (new problems alone too: a malformed line appended after the last entry is
             # noted now, not once another entry comes)
             if conv.done < len(entries) or not conv.noted(problems):
                 pieces = self._first_pieces(s)
                 conv.add(entries, problems, self._numbers(s), pieces, self._sizer(s))
             return conv.size
-
-    @staticmethod
-    def _problems(s: Loaded) -> list[Problem]:
-        """The problems conversation.md notes: the parser's, then the index's."""
-        return [*s.parser.problems, *s.index.problems]
 
     def _first_pieces(self, s: Loaded) -> Callable[[Entry], onefile.Piece]:
         """Pieces for entries conversation.md shows for the first time: each line is parsed
@@ -1210,7 +1205,7 @@ class View:
             return False
         held = self._kept.get(s.path, s.ident)
         conv = s.memo.get("conversation")
-        if held is None or (conv is not None and not conv.exact(self._problems(s))):
+        if held is None or (conv is not None and not conv.exact(s.lasting_problems())):
             return False
         try:
             st = sf.stat()
