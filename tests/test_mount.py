@@ -70,6 +70,21 @@ def test_cat_shows_user_text_and_current_resolves(mount: Mount) -> None:
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
 
 
+def test_cat_of_a_branch_glob_reads_its_files_through_the_links(mount: Mount) -> None:
+    """``cat current/*`` and ``cat leaves/<leaf>/*``, from the session folder as a shell
+    runs them: every file of the branch, in name order, through the links."""
+    s = mount.path / RECIPE
+    for branch in ["current", *(f"leaves/{n}" for n in os.listdir(s / "leaves"))]:
+        if branch.endswith(".md"):
+            continue
+        out = subprocess.run(["sh", "-c", f"cat {branch}/*"], cwd=s, capture_output=True)
+        assert out.returncode == 0, out.stderr
+        files = sorted(os.listdir(s / branch))
+        assert out.stdout == b"".join((s / branch / n).read_bytes() for n in files), branch
+        assert out.stdout.count(b"\x89PNG") == len([n for n in files if n.endswith(".png")])
+        assert len(files) >= 10, branch
+
+
 def test_grep_r_finds_conversation_text_as_plain_text(mount: Mount) -> None:
     out = run("grep", "-rl", "Grandma's recipes are full of them", str(mount.path))
     assert out.returncode == 0, out.stderr
