@@ -17,7 +17,7 @@ import os
 import stat
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeGuard, TypeVar
 
 import pyfuse3
 import trio
@@ -660,16 +660,21 @@ class Operations(pyfuse3.Operations):
         """Make the bytes of a handle opened from kept answers, if not yet: from the shelf
         or the disk cache, else from its session, when it is parsed and up to date (else
         :class:`~pisessfs.view.Busy`: the handler's ``_ready`` runs what is due)."""
-        if isinstance(snap, v.Later) and snap.inner is None and not self.view.unshelve(snap):
+        if self._unfilled(snap):
             self.view.ready(snap.ino, False, False, set())
             self.view.fill(snap)
+
+    def _unfilled(self, snap: v.Snapshot) -> TypeGuard[v.Later]:
+        """A handle opened from kept answers whose bytes neither the shelf nor the disk
+        cache has: its session must make them."""
+        return isinstance(snap, v.Later) and snap.inner is None and not self.view.unshelve(snap)
 
     @handler
     async def read(self, fh: int, off: int, size: int) -> bytes:
         if self.editor.owns(fh):
             return self.editor.read(fh, off, size)
         snap = self._files[fh]
-        if isinstance(snap, v.Later) and snap.inner is None and not self.view.unshelve(snap):
+        if self._unfilled(snap):
             await self._ready(snap.ino)  # not on the shelf either: the session is parsed
             self.view.fill(snap)
         return await self._core(snap.read, off, size)  # (conversation.md: Busy to make a part)

@@ -80,6 +80,11 @@ def _block(p: Piece, folder: str, after: str | None) -> tuple[bytes, ...]:
     return head, p.body, newline, tail
 
 
+def _said(pr: Problem) -> tuple[int, str, str]:
+    """What tells problem notes apart (``Conversation.said``)."""
+    return (pr.line, pr.kind, pr.detail)
+
+
 def problem_note(pr: Problem) -> bytes:
     return encode(f"> problem: line {pr.line}: {pr.kind}: {pr.detail}\n\n")
 
@@ -171,7 +176,7 @@ class Conversation:
     ) -> None:
         """Show ``entries[done:]`` (call under ``lock``); ``sized`` is told the size of each
         entry's block in a branch view (so no branch is rendered to learn its size)."""
-        fresh = [p for p in problems if (p.line, p.kind, p.detail) not in self.said]
+        fresh = [p for p in problems if _said(p) not in self.said]
         fresh.sort(key=lambda p: p.line)
         if fresh and fresh[0].line <= self._line:
             self.late = True
@@ -192,7 +197,7 @@ class Conversation:
         for p in fresh[k:]:
             note = problem_note(p)
             self._put(note, note)
-        self.said.update((p.line, p.kind, p.detail) for p in fresh)
+        self.said.update(map(_said, fresh))
         if self.last is not None:
             self._line = max(self._line, self.last.line)
         if fresh:
@@ -201,14 +206,14 @@ class Conversation:
 
     def noted(self, problems: Sequence[Problem]) -> bool:
         """Whether every one of ``problems`` is noted already."""
-        return all((p.line, p.kind, p.detail) in self.said for p in problems)
+        return all(_said(p) in self.said for p in problems)
 
     def exact(self, problems: Sequence[Problem]) -> bool:
         """Whether the text is what one render of the whole file, whose problems are
         ``problems``, gives (the disk cache keeps only such a text): no problem was noted
         late, and those noted are those there are (none went away since it was noted,
         none is still to be noted)."""
-        return not self.late and self.said == {(p.line, p.kind, p.detail) for p in problems}
+        return not self.late and self.said == set(map(_said, problems))
 
     def _put(self, data: bytes, item: int | bytes) -> None:
         with self._mu:
