@@ -12,10 +12,11 @@ caches that changed are queued for invalidation.
 
 from __future__ import annotations
 
+import codecs
 import logging
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import render, writer
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND
+_UTF8 = codecs.getincrementaldecoder("utf-8")
 
 
 @dataclass(eq=False, slots=True)
@@ -42,6 +44,14 @@ class Handle:
     folder: Key | None = None  # where a bound node was created (None: in place)
     dirty: bool = False
     refused: bool = False  # a write was refused: what the handle holds is never committed
+    #: the first write refused, raised again at every later one (a program that goes on
+    #: writing must not take the rest for saved)
+    refusal: writer.Refused | None = None
+    #: a message's bytes decoded as they are written, to refuse bytes that are not UTF-8 in
+    #: ``write(2)`` itself (a shell's ``>`` reports nothing else); None once written out of
+    #: order (then the save checks them whole)
+    decoder: codecs.IncrementalDecoder | None = field(default_factory=_UTF8)
+    decoded: int = 0  # bytes fed to ``decoder``
 
     @property
     def data(self) -> bytearray:
@@ -156,11 +166,13 @@ class Editor:
         key = self.view.key(ino)
         writing = bool(flags & _WRITE_FLAGS)
         append = bool(flags & os.O_APPEND)
+        emptied = writing and bool(flags & os.O_TRUNC)  # (``: > f``: a change, to nothing)
         if key.kind == "scratch":
             node = self.view.nodes[ino]
-            if writing and flags & os.O_TRUNC:
+            emptied = emptied and bool(node.data)
+            if emptied:
                 node.truncate(0)
-            self.handles[fh] = Handle(ino, node, None, node.binding, append)
+            self.handles[fh] = Handle(ino, node, None, node.binding, append, dirty=emptied)
             return True
         if not writing:
             return False
@@ -168,8 +180,8 @@ class Editor:
             log.warning("write to %s refused (EACCES): not a message file", key.kind)
             raise Denied(key.kind)
         binding = self._edit_binding(self.view.session(key), key)
-        buf = bytearray() if flags & os.O_TRUNC else bytearray(binding.baseline)
-        self.handles[fh] = Handle(ino, None, buf, binding, append)
+        buf = bytearray() if emptied else bytearray(binding.baseline)
+        self.handles[fh] = Handle(ino, None, buf, binding, append, dirty=emptied)
         return True
 
     # -- reading and writing ----------------------------------------------------------------
@@ -181,15 +193,26 @@ class Editor:
         return bytes(self.handles[fh].data[off : off + size])
 
     def write(self, fh: int, off: int, buf: bytes) -> int:
+        """Write into a handle's bytes. Refused here, where every program sees it (EFBIG,
+        EILSEQ): bytes past the cap, and bytes of a message that are not UTF-8; a refused
+        new file's name goes (nothing of it is saved), and each later write is refused too."""
         h = self.handles[fh]
+        if h.refusal is not None:
+            raise h.refusal
         data = h.data
         if h.append:
             off = len(data)
-        if off + len(buf) > self.cap:
-            h.refused = True
-            path = h.binding.path if h.binding else "scratch file"
-            log.warning("write refused (EFBIG): %s: over the %d-byte cap", path, self.cap)
-            raise writer.TooBig(path, f"over the {self.cap}-byte cap")
+        try:
+            if off + len(buf) > self.cap:
+                path = h.binding.path if h.binding else "scratch file"
+                raise writer.TooBig(path, f"over the {self.cap}-byte cap")
+            if h.binding is not None:
+                self._decode(h, off, buf)
+        except writer.Refused as err:
+            log.warning("write refused (%s): %s", err.kind, err)
+            h.refusal = err
+            self._refused(h)
+            raise
         if h.node is not None:
             h.node.write(off, buf)
         else:
@@ -198,6 +221,24 @@ class Editor:
             data[off : off + len(buf)] = buf
         h.dirty = True
         return len(buf)
+
+    @staticmethod
+    def _decode(h: Handle, off: int, buf: bytes) -> None:
+        """Feed a message's bytes written in order to its decoder (a character may be split
+        across two writes): NotUtf8 at the first byte that cannot be UTF-8."""
+        if h.decoder is None:
+            return
+        if off < h.decoded:  # written again below what was checked: the save checks it whole
+            h.decoder = None
+            return
+        assert h.binding is not None
+        try:
+            h.decoder.decode(bytes(h.data[h.decoded : off]))  # (bytes there, an edit's own)
+            h.decoder.decode(buf)
+        except UnicodeDecodeError as err:
+            at = h.decoded + err.start if off == h.decoded else off
+            raise writer.NotUtf8(h.binding.path, f"not UTF-8 at byte {at}") from None
+        h.decoded = off + len(buf)
 
     def holds(self, path: str) -> bool:
         """Whether a handle of this layer is open on session ``path``: a message being saved,
@@ -214,11 +255,25 @@ class Editor:
         kernel's page cache and size, which the writer's writes move)."""
         return any(h.ino == ino and h.buf is not None for h in self.handles.values())
 
-    def setattr(
-        self, ino: int, fh: int | None, size: int | None, mode: int | None, mtime_ns: int | None
+    def setattr(  # noqa: PLR0917
+        self,
+        ino: int,
+        fh: int | None,
+        size: int | None,
+        mode: int | None,
+        mtime_ns: int | None,
+        uid: int | None = None,
+        gid: int | None = None,
     ) -> Attr:
+        """truncate, chmod, chown and utimens. A scratch file takes them all. Elsewhere a
+        size only through a handle open for writing (a save); ``utimens`` is accepted and
+        changes nothing (``touch``, editors); ``chmod``/``chown`` to what it has already
+        are accepted (editors copy a file's mode and owner onto its new version), to
+        anything else refused (EPERM: modes and owners are the session file's)."""
         h = self.handles.get(fh) if fh is not None else None
         node = self.view.nodes.get(ino)
+        if node is None:
+            self._same_owner_and_mode(ino, mode, uid, gid)
         if size is not None:
             if h is not None and h.ino == ino:
                 self._truncate(h, size)
@@ -232,8 +287,23 @@ class Editor:
                 node.mode = stat.S_IFMT(node.mode) | (mode & 0o7777)
             if mtime_ns is not None:
                 node.mtime_ns = mtime_ns
-        # chmod/utimens on a message file are accepted and change nothing (editors do them)
+            node.uid = node.uid if uid is None else uid
+            node.gid = node.gid if gid is None else gid
         return self.view.getattr(ino)
+
+    def _same_owner_and_mode(
+        self, ino: int, mode: int | None, uid: int | None, gid: int | None
+    ) -> None:
+        a = self.view.getattr(ino)
+        if (
+            (mode is None or stat.S_IMODE(mode) == stat.S_IMODE(a.mode))
+            and (uid is None or uid == a.uid)
+            and (gid is None or gid == a.gid)
+        ):
+            return
+        what = a.key.kind
+        log.warning("chmod/chown of a %s refused (EPERM): its session file's are shown", what)
+        raise NotPermitted(f"chmod/chown of {what}")
 
     def _truncate(self, h: Handle, size: int) -> None:
         if h.node is not None:
@@ -243,6 +313,9 @@ class Editor:
             del h.buf[size:]
             h.buf.extend(bytes(size - len(h.buf)))
         h.dirty = True
+        if size < h.decoded:  # (vim's ftruncate to 0): what comes is checked from the start
+            h.decoder = _UTF8()
+            h.decoded = 0
 
     # -- committing -------------------------------------------------------------------------
 
@@ -296,7 +369,10 @@ class Editor:
             log.debug("%s: same text (line ends aside), nothing appended", binding.path)
             return None
         if not text.strip():
-            log.info("%s: empty message not appended", binding.path)
+            if binding.edit_of is not None:
+                log.warning("save refused (EPERM): %s: a message cannot be emptied", binding.path)
+                raise writer.Emptied(binding.path, "a message cannot be emptied")
+            log.info("%s: an empty new file stays a draft, nothing appended", binding.path)
             return None
         s = self.view.state(binding.path)
         if s.epoch != binding.epoch:
@@ -464,6 +540,12 @@ class Editor:
         if dst.kind != "edir":
             raise Denied(f"rename into {dst.kind}")
         if node.binding is not None and node.binding.alias and ov is not None:
+            if binds_message(new) and dst == src:
+                # A saved new file renamed to another message name (a draft named at the
+                # end): the same message under its new name, saved once.
+                self.view.unlink(node, src, old)
+                self.view.link(node, dst, new)
+                return None
             ov.reserved[old] = node.binding  # vim moves a saved file aside, then re-creates it
             node.binding = None  # what moved is a backup copy now
         self.view.unlink(node, src, old)

@@ -49,6 +49,7 @@ ERRNO: dict[type[Exception], int] = {
     writer.ReadOnlySession: errno.EROFS,
     writer.NotUtf8: errno.EILSEQ,
     writer.TooBig: errno.EFBIG,
+    writer.Emptied: errno.EPERM,
     writer.Locked: errno.EBUSY,
     writer.Stale: errno.ESTALE,
     act.BadValue: errno.EINVAL,
@@ -336,8 +337,8 @@ class Operations(pyfuse3.Operations):
     @now
     def read_now(self, fh: int, off: int, size: int) -> bytes | None:
         snap = self._files.get(fh)
-        if snap is None:
-            return None  # (being written)
+        if snap is None or (isinstance(snap, v.Later) and self.view.grew(snap, off, size)):
+            return None  # (being written; or it grew since it was kept: see ``read``)
         try:
             self._filled(snap)
             return snap.read(off, size)
@@ -677,6 +678,9 @@ class Operations(pyfuse3.Operations):
         if self._unfilled(snap):
             await self._ready(snap.ino)  # not on the shelf either: the session is parsed
             self.view.fill(snap)
+        elif isinstance(snap, v.Later) and self.view.grew(snap, off, size):
+            await self._ready(snap.ino)  # (tail -f of conversation.md: it grew since)
+            self.view.catch_up(snap)
         return await self._core(snap.read, off, size)  # (conversation.md: Busy to make a part)
 
     @handler
@@ -795,6 +799,8 @@ class Operations(pyfuse3.Operations):
             attr.st_size if fields.update_size else None,
             attr.st_mode if fields.update_mode else None,
             attr.st_mtime_ns if fields.update_mtime else None,
+            attr.st_uid if fields.update_uid else None,
+            attr.st_gid if fields.update_gid else None,
         )
         return self._entry(a)
 

@@ -79,14 +79,27 @@ class Later(Snapshot):
     """A whole-session file opened from kept answers: what it reads is made at the first
     read (``View.fill``), of the size the kernel was told."""
 
-    def __init__(self, ino: int, ident: Identity, size: int) -> None:
+    def __init__(self, ino: int, ident: Identity, size: int, grows: bool = False) -> None:
         super().__init__(b"")
         self.ino, self.ident, self.size = ino, ident, size
+        self.grows = grows  # conversation.md: it only grows, and an open reader follows it
         self.inner: Snapshot | None = None
 
     def read(self, off: int, size: int) -> bytes:
         assert self.inner is not None
         return self.inner.read(off, size)
+
+    def behind(self, off: int, size: int) -> bool:
+        """Whether a read past its end must look for what was added since (``tail -f``):
+        bytes made from the shelf or the disk cache stop where they were kept; those made
+        from the session (:class:`ConvSnapshot`) follow it by themselves."""
+        inner = self.inner
+        return (
+            self.grows
+            and inner is not None
+            and not isinstance(inner, ConvSnapshot)
+            and off + size > inner.size
+        )
 
     def close(self) -> None:
         if self.inner is not None:
@@ -159,6 +172,14 @@ class ConvSnapshot(_Parts):
         super().__init__(b"")
         self.conv, self.size, self.remade, self.defer = conv, size, remade, defer
         self._mine: OrderedDict[int, bytes] = OrderedDict()
+
+    def read(self, off: int, size: int) -> bytes:
+        if off + size > self.size:
+            # conversation.md only grows at its end, and the same bytes stay below it: a
+            # reader holding it open (tail -f, less +F) reads what was added since it opened
+            # (rendered when a stat asked for its new size).
+            self.size = max(self.size, self.conv.length())
+        return super().read(off, size)
 
     def chunk(self, off: int, end: int) -> bytes:
         while True:

@@ -269,11 +269,10 @@ class Session(NodeKind):
         return out
 
     def step(self, v: View, r: Request) -> Work | None:
-        # A listing shows the sizes of the whole-session files: rendered first unless a
-        # rendering of any version exists.
+        # A listing shows the sizes of the whole-session files: rendered first.
         if r.listing:
             for k in WHOLE_KINDS:
-                work = v.render_step(r.sf, r.s, k, True, r.waited)
+                work = v.render_step(r.sf, r.s, k, r.waited)
                 if work is not None:
                     return work
         return None
@@ -428,9 +427,8 @@ class Whole(NodeKind):
         return v.session_text(v.session(key), self.name)
 
     def step(self, v: View, r: Request) -> Work | None:
-        # A lookup (attributes only) takes any rendering's size: the kernel holds the folder
-        # while it waits, and is told the new size when the next rendering is done.
-        return v.render_step(r.sf, r.s, self.name, r.attr_only, r.waited)
+        # A lookup waits for the rendering too: the size the kernel keeps must be exact.
+        return v.render_step(r.sf, r.s, self.name, r.waited)
 
 
 class Tree(Whole):

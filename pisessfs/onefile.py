@@ -204,6 +204,11 @@ class Conversation:
             self._line = max(self._line, fresh[-1].line)
         self.done = max(self.done, len(entries))
 
+    def length(self) -> int:
+        """Its size now: every byte below it can be read (a render may be adding more)."""
+        with self._mu:
+            return self.size
+
     def noted(self, problems: Sequence[Problem]) -> bool:
         """Whether every one of ``problems`` is noted already."""
         return all(_said(p) in self.said for p in problems)

@@ -353,32 +353,18 @@ class View:
         sf: SessionFile,
         s: Loaded,
         kind: str,
-        any_version: bool = False,
         waited: set[tuple[str, str, int]] | None = None,
     ) -> Work | None:
-        """Render a whole-session file of ``s`` unless done already.
-
-        ``any_version``: for a lookup or a listing, which the kernel answers holding the
-        folder's lock (every other name of the session folder waits): an older rendering's
-        size serves; the kernel is told the new size when the next rendering is done.
-        conversation.md is always brought up to date: it is rendered for its new entries
-        only (cheap), and its size must be the bytes the page cache will hold for it.
+        """Render a whole-session file of ``s`` unless the rendering of its file as it is
+        now exists: every answer about it (a lookup's size, a listing's, ``stat``'s, the
+        bytes of an open) is of the file as it is, so ``stat``, ``tail`` and ``cat`` agree.
+        ``waited``: the renderings this request already waited for (one per request: a
+        session that grows meanwhile does not make it wait for another). conversation.md
+        is rendered for its new entries only (cheap).
         """
         hit = s.memo.get(kind)
         if hit is not None and (
             hit[0] == s.version or (s.path, kind, hit[0]) in (waited or ())  # one per request
-        ):
-            return None
-        if (
-            hit is not None
-            and not KINDS[kind].append_only
-            and (
-                any_version
-                # A session that keeps growing is rendered again no sooner than its last
-                # rendering took: tree.txt lags by one rendering, the session's lock is free
-                # for its appends most of the time, and a core is left for other requests.
-                or time.monotonic() - hit[2] < hit[3]
-            )
         ):
             return None
         if s.size < INLINE_BYTES:
@@ -1090,7 +1076,27 @@ class View:
         a = held.attrs.get(ino) if held is not None else None
         if held is None or a is None:
             return None
-        return Later(ino, held.ident, a.size)
+        key = self.key(ino)
+        later = Later(ino, held.ident, a.size, KINDS[key.kind].append_only)
+        return later if later.grows or self._fillable(later, key, held) else None
+
+    def _fillable(self, later: Later, key: Key, held: Answers) -> bool:
+        """Whether tree.txt or session.json opened from kept answers can be read as the
+        file it was opened for, whatever the session file does meanwhile (they change in
+        the middle: a read of a newer version past the size the kernel was told would be
+        another file cut short). Filled here from the rendering of that file when its
+        session holds one; else from the shelf or the disk cache at the first read. False:
+        the open renders the file as it is now."""
+        sf = self.store.known(key.path)
+        s = sf.loaded if sf is not None else None
+        if s is not None and s.ident == later.ident:
+            hit = s.memo.get(key.kind)
+            if hit is None or hit[0] != s.version or len(hit[1]) != later.size:
+                return False
+            later.inner = Snapshot(hit[1])
+            return True
+        packed = self.store.shelf.get(key.path, later.ident, key.kind)
+        return (packed is not None and packed.size == later.size) or held.stored is not None
 
     def _evicted(self, s: Loaded) -> None:
         """Session ``s`` is about to be dropped from the parse cache (it is still its
@@ -1411,6 +1417,32 @@ class View:
             log.warning("%s: changed between open and read: answered ESTALE", key.path)
             raise Changed(key.path)
         later.inner = inner
+
+    def grew(self, later: Later, off: int, size: int) -> bool:
+        """Whether a read of ``later`` past the end of what it holds (``Later.behind``) is
+        of a session file that grew since it was opened (``tail -f``), rather than the last
+        page of the file as it was (the kernel reads whole pages)."""
+        if not later.behind(off, size):
+            return False
+        sf = self.store.known(self.key(later.ino).path)
+        try:
+            return sf is not None and Identity.of(sf.recent(KEPT_FRESH)) != later.ident
+        except (Unreadable, OSError):
+            return False  # (gone: the reader keeps what it has)
+
+    def catch_up(self, later: Later) -> None:
+        """``later`` (conversation.md, made from the shelf or the disk cache) read past its
+        end: from now on it reads the session's own, which has what was added since (its
+        session brought up to date by ``ready``). Its first bytes are the same: the file only
+        grows, and an entry renders the same forever."""
+        key = self.key(later.ino)
+        inner = KINDS[key.kind].opened(self, key)
+        old = later.inner
+        if old is None or inner.size < old.size:
+            inner.close()  # (rewritten smaller since: the reader keeps the version it has)
+            return
+        later.inner = inner
+        old.close()
 
     # -- the scratch layer ----------------------------------------------------------------
 

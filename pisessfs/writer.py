@@ -61,6 +61,10 @@ class TooBig(Refused):
     kind = "too-big"  # EFBIG
 
 
+class Emptied(Refused):
+    kind = "emptied"  # EPERM: a message emptied is a message removed (Pi sends no empty one)
+
+
 class Stale(Refused):
     kind = "stale"  # ESTALE: the file shrank or was replaced since it was read
 
