@@ -90,8 +90,9 @@ def follow(path: Path) -> Iterator[list[bytes]]:
     """``tail -f path`` in a subprocess: the list its output lines come into."""
     proc = subprocess.Popen(["tail", "-f", "-s", "0.1", str(path)], stdout=subprocess.PIPE)
     got: list[bytes] = []
-    assert proc.stdout is not None
-    reader = threading.Thread(target=lambda: got.extend(iter(proc.stdout.readline, b"")))
+    out = proc.stdout
+    assert out is not None
+    reader = threading.Thread(target=lambda: got.extend(iter(out.readline, b"")))
     reader.start()
     try:
         yield got
@@ -99,7 +100,7 @@ def follow(path: Path) -> Iterator[list[bytes]]:
         proc.kill()
         proc.wait()
         reader.join(10)
-        proc.stdout.close()
+        out.close()
 
 
 def tail_sees_an_append(folder: Path) -> None:
