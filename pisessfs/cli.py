@@ -16,6 +16,7 @@ import errno
 import json
 import logging
 import logging.handlers
+import math
 import os
 import pwd
 import select
@@ -40,6 +41,7 @@ LOG_BYTES = 8 << 20  # a log file is rotated past this size ...
 LOG_BACKUPS = 2  # ... and keeps this many old ones: at most 24 MiB per mountpoint
 FSTYPE = status.FSTYPE  # what mountinfo says of our mounts (subtype=pisessfs)
 COMMANDS = ("mount", "umount", "demo", "status", "install-unit")
+MAX_MESSAGE_MB = 1024  # --max-message-mb at most
 # -o options: what they set, the kernel flags passed on, and those with nothing to do here
 # (mount(8) and mount.fuse3 pass some on: rw, nosuid, nodev, noexec with "user", dev, suid).
 OPTION_FLAGS = {"ro", "nonempty", "allow_other", "debug", "warm"}
@@ -175,6 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         default=str(Path.home() / "pisessfs-demo"),
         help="where to mount (default: ~/pisessfs-demo)",
+    )
+    d.add_argument(
+        "--reset",
+        action="store_true",
+        help="start again from the shipped sessions (what you saved in the demo is lost)",
     )
     _common(d)
     s = sub.add_parser(
@@ -343,8 +350,7 @@ def mount(args: argparse.Namespace) -> int:
         if (err.name or "").startswith(__package__ or "pisessfs"):
             raise  # a fault of pisessfs itself, not of the FUSE install: show where
         return _fail(_no_pyfuse3(err))
-    if args.command == "demo":
-        args.sessions = str(demo_sessions())
+    said = _demo_copy(args)
     sessions = Path(args.sessions).expanduser() if args.sessions else default_sessions()
     if not sessions.is_dir():
         return _fail(
@@ -361,6 +367,7 @@ def mount(args: argparse.Namespace) -> int:
         tunables = _tunables(args, o, MIN_IDLE)
     except ValueError as err:
         return _fail(str(err), 2)
+    _cache_said(tunables["disk_cache"], quiet=getattr(args, "quiet", False))
     opts = MountOptions(
         sessions=str(sessions.resolve()),
         mountpoint=mnt,
@@ -378,7 +385,7 @@ def mount(args: argparse.Namespace) -> int:
         child = _daemonize(mnt, logfile, opts.sessions, quiet=getattr(args, "quiet", False))
         if child is None:  # the parent: the daemon reported the mount up
             if args.command == "demo":
-                _demo_hints(Path(mnt))
+                _demo_hints(Path(mnt), said)
             return 0
         report = child
     elif logfile:
@@ -410,11 +417,18 @@ def _tunables(args: argparse.Namespace, o: Options, min_idle: float) -> dict[str
         return given if given is not None else getattr(o, name)
 
     idle, disk_mb, max_mb = pick("cache_idle"), pick("disk_cache_mb"), pick("max_message_mb")
-    if idle is not None and not 0 <= idle < float("inf"):
+    cache_mb = pick("cache_mb")
+    if idle is not None and not 0 <= idle < math.inf:
         raise ValueError(f"--cache-idle {idle:g}: must be a number of seconds >= 0")
     if disk_mb is not None and disk_mb < 0:
         raise ValueError(f"--disk-cache-mb {disk_mb}: must be a number of MiB >= 0")
-    cache_mb = pick("cache_mb")
+    if cache_mb is not None and cache_mb < 0:
+        raise ValueError(f"--cache-mb {cache_mb}: must be a number of MiB >= 0")
+    if max_mb is not None and not 0 < max_mb <= MAX_MESSAGE_MB:
+        raise ValueError(
+            f"--max-message-mb {max_mb:g}: must be a number of MiB above 0, at most "
+            f"{MAX_MESSAGE_MB} (Pi reads a session line by line into memory)"
+        )
     return {
         "cache_mb": 1024 if cache_mb is None else cache_mb,
         "cache_idle": min_idle if idle is None else idle,
@@ -422,6 +436,23 @@ def _tunables(args: argparse.Namespace, o: Options, min_idle: float) -> dict[str
         "disk_cache": _disk_folder(pick("disk_cache")),
         "disk_cache_mb": 4096 if disk_mb is None else disk_mb,
     }
+
+
+def _demo_copy(args: argparse.Namespace) -> str:
+    """For ``demo``: its sessions folder in ``args``; what was done to it, in words."""
+    if args.command != "demo":
+        return ""
+    copy, said = demo_sessions(args.reset)
+    args.sessions = str(copy)
+    return said
+
+
+def _cache_said(folder: str | None, quiet: bool) -> None:
+    """Say on the terminal when the disk cache asked for cannot be used (the mount runs
+    without it, and its log says so too)."""
+    why = disk.unusable(folder) if folder else None
+    if why and not quiet:
+        print(f"pisessfs: no disk cache: {why}; mounting without it", file=sys.stderr)
 
 
 def _make_folder(mnt: str) -> bool:
@@ -735,21 +766,29 @@ def install_unit(args: argparse.Namespace) -> int:
     return 0
 
 
-def demo_sessions() -> Path:
-    """A fresh, writable copy of the bundled example sessions."""
-    src = resources.files("pisessfs").joinpath(EXAMPLES)
-    dst = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pisessfs" / "demo"
+def demo_folder() -> Path:
+    """Where the demo's writable copy of the example sessions lives."""
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pisessfs" / "demo"
+
+
+def demo_sessions(reset: bool = False) -> tuple[Path, str]:
+    """The demo's writable copy of the bundled example sessions, made when missing (or
+    ``reset``): what was saved in it is kept across demos. Also what was done, in words."""
+    dst = demo_folder()
+    if dst.exists() and not reset:
+        return dst, f"the demo sessions in {dst} are kept as you left them (--reset: start over)"
     if dst.exists():
         shutil.rmtree(dst)
+    src = resources.files("pisessfs").joinpath(EXAMPLES)
     with resources.as_file(src) as path:
         shutil.copytree(path, dst)
-    return dst
+    return dst, f"a fresh copy of the example sessions is in {dst}"
 
 
-def _demo_hints(mnt: Path) -> None:
+def _demo_hints(mnt: Path, said: str) -> None:
     found = sorted(p for p in mnt.glob("*/*/current") if not p.parent.is_symlink())  # not latest
     session = next(iter(found), mnt / "PROJECT" / "SESSION").parent
-    print(f"""The example sessions are mounted on {mnt}. Try:
+    print(f"""The example sessions are mounted on {mnt}; {said}. Try:
 
   cd {mnt}
   ls                          # projects, then sessions: ls */
@@ -761,6 +800,12 @@ def _demo_hints(mnt: Path) -> None:
   cat $S/current/0002-user.md
   grep -r "unicode fractions" .   # each message once: in conversation.md
   getfattr -d $S/current/0002-user.md
+
+Write, as Pi would (each save is one line appended to the session file):
+
+  echo "Please also handle 2 3/4." > $S/current/next.md   # a new message after the last
+  vim $S/current/0002-user.md     # edit a message: saving it forks, as editing in Pi does
+  setfattr -n user.pi.name -v "Fix fraction parsing" $S   # name the session
 
 Unmount with: {_me()} umount {mnt}""")
 

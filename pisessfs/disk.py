@@ -188,6 +188,34 @@ def _which_is(st: os.stat_result) -> Which:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
+def _folder(folder: str) -> tuple[int | None, str]:
+    """The cache folder opened (made when missing, mode 700), or None and why it may not be
+    used: it must be the daemon user's alone, as what it keeps shows what the sessions say."""
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        fd = os.open(folder, _DIR_FLAGS)
+    except OSError as err:
+        return None, f"{folder}: {err.strerror}"
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+        os.close(fd)
+        mode = stat.S_IMODE(st.st_mode)
+        return None, (
+            f"{folder} must be yours alone, it is uid {st.st_uid} mode {mode:o} (chmod 700 it)"
+        )
+    return fd, ""
+
+
+def unusable(folder: str) -> str | None:
+    """Why the cache folder cannot be used (the command line says so before mounting), or
+    None when it can."""
+    fd, why = _folder(folder)
+    if fd is None:
+        return why
+    os.close(fd)
+    return None
+
+
 class DiskCache:
     """Entries by session file path, in one folder; at most ``cap`` bytes, oldest first out."""
 
@@ -220,21 +248,9 @@ class DiskCache:
     def open(self) -> bool:
         """Make (or check) the folder and learn its entries. False (and a warning) when it
         cannot be used: then nothing is read or written."""
-        try:
-            os.makedirs(self.folder, mode=0o700, exist_ok=True)
-            fd = os.open(self.folder, _DIR_FLAGS)
-        except OSError as err:
-            log.warning("no disk cache: %s: %s", self.folder, err.strerror)
-            return False
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
-            os.close(fd)
-            log.warning(
-                "no disk cache: %s must be yours alone (mode 700), it is uid %d mode %o",
-                self.folder,
-                st.st_uid,
-                stat.S_IMODE(st.st_mode),
-            )
+        fd, why = _folder(self.folder)
+        if fd is None:
+            log.warning("no disk cache: %s", why)
             return False
         self.fd = fd
         old = time.time_ns() - STALE_TMP_NS

@@ -13,7 +13,7 @@ Also what else the head says that a folder shows without parsing: the working di
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import render
@@ -35,6 +35,9 @@ class Head:
     session_id: str | None
     cwd: str | None
     hidden: bool  # made without the slug: some who may list its folder may not read it
+    #: the file had a whole first line (Pi writes its header first): a name made before
+    #: that is the file's stem for now, made again once the line is there
+    final: bool = True
 
 
 def read_head(fd: int, stem: str, slug: bool = True) -> Head:
@@ -59,7 +62,8 @@ def read_head(fd: int, stem: str, slug: bool = True) -> Head:
             if d is not None and _is_user_message(d):
                 text = render.content_text(render.message_of(d).get("content"))
                 break
-    return _head(header or {}, text if slug else "", stem, slug)
+    head = _head(header or {}, text if slug else "", stem, slug)
+    return head if header is not None else replace(head, final=False)
 
 
 def private(file_mode: int, folder_mode: int) -> bool:

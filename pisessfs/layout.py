@@ -14,6 +14,7 @@ no listing shows.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 import os
@@ -278,11 +279,21 @@ class Session(NodeKind):
         return None
 
 
+#: What rg, fd, git and friends look up in every folder they enter (ignore files, VCS
+#: folders): an id folder answers them without its session.
+WALKER_NAMES = frozenset(
+    {".git", ".gitignore", ".ignore", ".rgignore", ".fdignore", ".hg", ".svn", ".bzr", ".jj"}
+)
+
+
 class _IdFolder(NodeKind):
     """A folder whose names are entries' names (and their ``.md`` views)."""
 
     def never(self, name: str) -> bool:
-        return name.startswith(".")  # an id's name never starts with "." (``id_name``)
+        # Entry ids may start with "." (``nodes/.7`` resolves), so only the names walkers
+        # look for in every folder they enter are never asked of the session: an entry whose
+        # id is one of these resolves by its escaped name (``%2Egit``) alone.
+        return name in WALKER_NAMES
 
 
 class Leaves(_IdFolder):
@@ -296,8 +307,9 @@ class Leaves(_IdFolder):
     def child(self, v: View, key: Key, name: str) -> Key:
         s = v.session(key)
         if name.endswith(VIEW_SUFFIX):
-            eid = v.leaf_by_name(s, name[: -len(VIEW_SUFFIX)])
-            return key._replace(kind="leaf.md", epoch=s.epoch, eid=eid)
+            with contextlib.suppress(NotFound):  # (else an id ending in .md itself)
+                eid = v.leaf_by_name(s, name[: -len(VIEW_SUFFIX)])
+                return key._replace(kind="leaf.md", epoch=s.epoch, eid=eid)
         return key._replace(kind="leaf", epoch=s.epoch, eid=v.leaf_by_name(s, name))
 
     def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
@@ -320,10 +332,11 @@ class Nodes(_IdFolder):
 
     def child(self, v: View, key: Key, name: str) -> Key:
         s = v.session(key)
-        kind = "edir"
+        kind, eid = "edir", None
         if name.endswith(VIEW_SUFFIX):
-            name, kind = name[: -len(VIEW_SUFFIX)], "branch"
-        eid = v.id_named(s, name)
+            kind, eid = "branch", v.id_named(s, name[: -len(VIEW_SUFFIX)])
+        if eid is None:  # (an id ending in .md itself: its folder, when no view is)
+            kind, eid = "edir", v.id_named(s, name)
         if eid is None:
             raise NotFound(name)
         return key._replace(kind=kind, epoch=s.epoch, eid=eid)

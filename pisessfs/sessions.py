@@ -754,6 +754,7 @@ class Store:
         self._heads: dict[str, Head] = {}  # session file -> its head: names fixed while mounted
         self._head_idents: dict[str, list[int]] = {}  # ... and the file it was read from
         self._shown: dict[str, str] = {}  # path -> the name it was listed with
+        self._provisional: set[str] = set()  # named before their first line was there
         self._chmods = 0  # mode changes the watcher told of, ever
         self.lru_lock = threading.Lock()
         # What a dropped session leaves behind, compressed, within the same cap; the view
@@ -821,7 +822,26 @@ class Store:
     def head(self, path: str, seen: Seen | None = None, since: int = 0) -> Head:
         """What the head of session file ``path`` says, read the first time the mount sees
         the file and kept: its folder's name never changes while mounted. ``seen``: the
-        file's and its folder's ``lstat``, taken when the chmod count was ``since``."""
+        file's and its folder's ``lstat``, taken when the chmod count was ``since``. A file
+        with no whole first line yet (made, its header not written yet) is named by its
+        stem until it has one (``header_came``)."""
+        head = self._head_of(path, seen, since)
+        if not head.final:
+            self._heads.pop(path, None)
+            self._provisional.add(path)
+        return head
+
+    def header_came(self, path: str) -> str | None:
+        """Session file ``path`` changed: when it was named before it had a first line and
+        has one now, it is named again (its folder's listing is made again). Returns the
+        name it had then."""
+        if path not in self._provisional or not self.head(path).final:
+            return None
+        self._provisional.discard(path)
+        self._listings.pop(os.path.dirname(path), None)
+        return self._shown.pop(path, None)
+
+    def _head_of(self, path: str, seen: Seen | None, since: int) -> Head:
         head = self._heads.get(path)
         if head is not None:
             return head
@@ -1033,6 +1053,7 @@ class Store:
             self.disk.drop(path)  # (a session gone leaves none of its text behind)
             self.disk.forget_head(path)  # (nor its name)
         self._head_idents.pop(path, None)  # (nor at unmount)
+        self._provisional.discard(path)
         if sf is not None:
             with self.lru_lock:
                 sf.forget()

@@ -488,9 +488,13 @@ class View:
         return "nodes/" + id_name(eid)
 
     def id_named(self, s: Loaded, name: str) -> str | None:
-        """The entry id a name of ``nodes/`` or ``leaves/`` stands for, if it is one."""
+        """The entry id a name of ``nodes/`` or ``leaves/`` stands for, if it is one: its
+        escaped name (``id_name``, what listings show), or the id itself when it is a name
+        as it is (``-rf``, ``.7``, ``..12``) and no id's escaped name."""
         eid = name_id(name, s.index.by_id)
-        return eid if eid is not None and eid in s.index.by_id else None
+        if eid is not None and eid in s.index.by_id:
+            return eid
+        return name if name in s.index.by_id and name not in (".", "..") else None
 
     def leaf_by_name(self, s: Loaded, name: str) -> str:
         """The entry of a ``leaves/`` name: ``<id>`` or ``<id>-<slug>``.

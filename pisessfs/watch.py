@@ -108,6 +108,9 @@ class Watcher:
             self.view.changed_session(path)
         else:
             changed[path] = None
+            stem = self.store.header_came(path)  # (named by its stem until its header came)
+            if stem is not None:
+                self._folder_changed(folder, stem, True)
         if ev.mask & (_GONE | _CAME):
             self.view.came_or_went()
 

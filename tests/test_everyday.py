@@ -12,14 +12,30 @@ import errno
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import FORK, KANBAN, RECIPE, Mount, mounted, wait_for
+from pisessfs.names import id_name
+from tests.conftest import (
+    FORK,
+    KANBAN,
+    RECIPE,
+    REPO,
+    Mount,
+    fuse_missing,
+    is_mounted,
+    mount_base,
+    mounted,
+    need,
+    pi,
+    wait_for,
+)
 
 WHOLE = ("tree.txt", "session.json", "conversation.md", "current.md")
 SESSIONS = (RECIPE, FORK, KANBAN)
@@ -45,7 +61,7 @@ def cat_bytes(path: Path) -> bytes:
     return subprocess.run(["cat", str(path)], capture_output=True, check=True).stdout
 
 
-def pi_line(eid: str, parent: str, text: str) -> bytes:
+def pi_line(eid: str, parent: str | None, text: str) -> bytes:
     """A user message line as Pi writes it."""
     d = {
         "type": "message",
@@ -150,11 +166,10 @@ def test_cat_of_a_growing_session_never_fails(sessions: Path, tmp_path: Path) ->
         ).encode()
         + b"\n"
     ]
-    parent = None
+    parent: str | None = None
     for i in range(3000):
-        lines.append(pi_line(f"{i:08x}", parent or "", f"message {i} " + "lorem ipsum " * 90))
+        lines.append(pi_line(f"{i:08x}", parent, f"message {i} " + "lorem ipsum " * 90))
         parent = f"{i:08x}"
-    lines[1] = lines[1].replace(b'"parentId": ""', b'"parentId": null')
     real.write_bytes(b"".join(lines))
     stop = threading.Event()
 
@@ -274,3 +289,189 @@ def test_emptying_chmod_and_chown_of_a_message_are_refused(mount: Mount) -> None
     assert sh("echo 'now with text' >> draft.md", cur).returncode == 0
     (line,) = real.read_bytes()[len(before) :].splitlines()
     assert json.loads(line)["message"]["content"][0]["text"] == "now with text"
+
+
+# -- 6. options out of range ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--cache-mb", "-5"],
+        ["--disk-cache-mb", "-1"],
+        ["--max-message-mb", "0"],
+        ["--max-message-mb", "nan"],
+        ["--cache-idle", "-1"],
+        ["-o", "cache_mb=-5"],
+    ],
+)
+def test_an_option_out_of_range_is_refused_at_start(
+    sessions: Path, tmp_path: Path, args: list[str]
+) -> None:
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    cmd = [sys.executable, "-m", "pisessfs.cli", "mount", "--sessions", str(sessions)]
+    r = subprocess.run([*cmd, *args, str(mnt)], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("pisessfs: --") and "must be" in line
+    assert not is_mounted(mnt)
+
+
+def test_a_disk_cache_folder_open_to_others_is_said_on_the_terminal(
+    sessions: Path, tmp_path: Path
+) -> None:
+    """A folder made with a plain mkdir (mode 755): the mount runs without the cache, and
+    says so where the user looks, not only in its log."""
+    folder = tmp_path / "cache"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    with mounted(sessions, "--disk-cache", str(folder)) as m:
+        assert (m.path / RECIPE / "tree.txt").read_bytes()
+        said = [line for line in m.log_text().splitlines() if line.startswith("pisessfs:")]
+    assert said == [
+        f"pisessfs: no disk cache: {folder} must be yours alone, it is uid {os.getuid()} "
+        f"mode 755 (chmod 700 it); mounting without it"
+    ]
+    assert os.listdir(folder) == []
+
+
+# -- 9. the demo keeps what was saved in it ----------------------------------------------------
+
+
+def demo(mnt: Path, *args: str) -> str:
+    r = subprocess.run(
+        [sys.executable, "-m", "pisessfs.cli", "demo", str(mnt), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_the_demo_again_keeps_what_was_saved_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need(fuse_missing() is None, fuse_missing() or "")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # (its log)
+    mnt = mount_base() / f"demo-{uuid.uuid4().hex[:8]}"
+    try:
+        said = demo(mnt)
+        assert "a fresh copy of the example sessions" in said
+        assert "echo " in said and "vim " in said  # a write and an edit among the hints
+        sh("echo 'kept across demos' > current/kept.md", mnt / RECIPE)
+        subprocess.run([sys.executable, "-m", "pisessfs.cli", "umount", str(mnt)], check=True)
+        said = demo(mnt)
+        assert "kept as you left them" in said
+        assert "kept across demos" in (mnt / RECIPE / "current.md").read_text()
+        subprocess.run([sys.executable, "-m", "pisessfs.cli", "umount", str(mnt)], check=True)
+        said = demo(mnt, "--reset")
+        assert "a fresh copy" in said
+        assert "kept across demos" not in (mnt / RECIPE / "current.md").read_text()
+    finally:
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
+        with contextlib.suppress(OSError):
+            mnt.rmdir()
+
+
+# -- 10. a session file seen before its first line -------------------------------------------
+
+
+def test_a_session_file_seen_empty_is_named_once_its_header_is_there(mount: Mount) -> None:
+    project = mount.path / RECIPE.split("/")[0]
+    stem = "2026-12-05T07-00-00-000Z_01a244ff-0000-7000-8000-000000000001"
+    real = real_of(mount.path / RECIPE).parent / f"{stem}.jsonl"
+    real.write_bytes(b"")
+    assert stem in os.listdir(project)  # (no header yet: its stem for now)
+    header = {
+        "type": "session",
+        "version": 3,
+        "id": "01a244ff-0000-7000-8000-000000000001",
+        "timestamp": "2026-12-05T07:00:00.000Z",
+        "cwd": "/home/ana/src/recipe-box",
+    }
+    with real.open("ab") as f:
+        f.write(json.dumps(header).encode() + b"\n" + pi_line("aa000001", None, "A new session"))
+    name = "2026-12-05T0700-a-new-session-01a244ff"
+    wait_for(lambda: name in os.listdir(project), 5, "the session named from its header")
+    assert stem not in os.listdir(project)
+    assert os.readlink(project / stem) == name  # the stem still leads there
+    assert (project / name / "current" / "0001-user.md").read_text() == "A new session\n"
+
+
+# -- 11. Pi's next storage ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"v": 4, "kind": "header", "storageVersion": 1, "id": "h2", "createdAt": 1795168800000},
+        {"kind": "header", "version": 4, "id": "h1", "createdAt": 1795168800000, "cwd": "/w"},
+    ],
+    ids=["v-4-storage-1", "version-4"],
+)
+def test_pi_next_storage_is_shown_read_only_and_named(
+    sessions: Path, header: dict[str, object]
+) -> None:
+    entry = {"kind": "entry", "lane": "main", "type": "message", "id": "e1", "parentId": None}
+    entry.update(seq=1, timestamp=1795168800000)
+    entry["message"] = {"role": "user", "content": "hello from the next storage"}
+    folder = sessions / "--next--"
+    folder.mkdir()
+    real = folder / "n.jsonl"
+    real.write_bytes(b"".join(json.dumps(d).encode() + b"\n" for d in (header, entry)))
+    before = real.read_bytes()
+    with mounted(sessions) as m:
+        s = m.path / "next" / "n"
+        doc = json.loads((s / "session.json").read_text())
+        assert doc["storage"]["kind"] == "pi harness storage"
+        assert "harness storage (version 4)" in (s / "conversation.md").read_text()
+        r = sh("echo 'no' > current/new.md", s)
+        assert r.returncode != 0 and "Read-only file system" in r.stderr
+        r = subprocess.run(
+            ["setfattr", "-n", "user.pi.name", "-v", "x", str(s)], text=True, capture_output=True
+        )
+        assert r.returncode != 0 and "Read-only file system" in r.stderr
+    assert real.read_bytes() == before
+
+
+# -- 8. ids that are names as they are -----------------------------------------------------------
+
+
+ODD_IDS = ["..12", ".7", "-rf", "-", "..", ".", "a b", "%41", "x.md", ".git"]
+
+
+def test_every_entry_id_that_is_a_name_resolves_under_nodes(sessions: Path, tmp_path: Path) -> None:
+    """Ids that are legal names but odd (``..12``, ``.7``, ``-rf``) resolve as
+    ``nodes/<id>`` and ``leaves/<id>`` themselves, as every entry Pi loads does by its
+    escaped name (``.`` and ``..`` can only be that; ``.git``, which walkers look for in
+    every folder, too)."""
+    folder = sessions / "--odd--"
+    folder.mkdir()
+    header = {"type": "session", "version": 3, "id": "odd", "cwd": "/o"}
+    header["timestamp"] = "2026-03-05T08:47:12.004Z"
+    lines, parent = [json.dumps(header).encode() + b"\n"], None
+    for eid in ODD_IDS:
+        lines.append(pi_line(eid, parent, f"message {eid}"))
+        parent = eid
+    lines.append(pi_line("-leaf", "..12", "a branch"))
+    real = folder / "odd.jsonl"
+    real.write_bytes(b"".join(lines))
+    copy = tmp_path / "pi.jsonl"
+    copy.write_bytes(real.read_bytes())
+    ids = [e["id"] for e in pi(str(copy))["entries"]]
+    assert sorted(ids) == sorted([*ODD_IDS, "-leaf"])
+    with mounted(sessions) as m:
+        s = m.path / "odd" / "odd"
+        for eid in ids:
+            escaped = s / "nodes" / id_name(eid)
+            assert os.getxattr(escaped, "user.pi.id").decode() == eid
+            if eid not in (".", "..", ".git"):
+                assert os.getxattr(s / "nodes" / eid, "user.pi.id").decode() == eid, eid
+                assert os.getxattr(s / "nodes" / f"{eid}.md", "user.pi.id").decode() == eid
+        for leaf in ("-leaf", "x.md"):
+            assert os.getxattr(s / "leaves" / leaf, "user.pi.id").decode() == leaf
+        assert sh("ls nodes/-rf/ && cat nodes/..12/*-user.md", s).returncode == 0

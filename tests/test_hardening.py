@@ -489,7 +489,8 @@ def test_a_refused_new_file_is_not_listed(mount: Mount) -> None:
     folder = mount.path / RECIPE / "current"
     raw = mount.path / RECIPE / "session.jsonl"
     before = raw.read_bytes()
-    subprocess.run(["bash", "-c", f"printf '\\xff\\xfe' > {folder}/bad.md"], check=True)
+    r = subprocess.run(["bash", "-c", f"printf '\\xff\\xfe' > {folder}/bad.md"])
+    assert r.returncode != 0  # (refused in write(2): the shell says so)
     assert "bad.md" not in os.listdir(folder)
     assert raw.read_bytes() == before
     assert "EILSEQ" in mount.log_text() or "not-utf8" in mount.log_text()
