@@ -166,13 +166,11 @@ class Editor:
         key = self.view.key(ino)
         writing = bool(flags & _WRITE_FLAGS)
         append = bool(flags & os.O_APPEND)
-        emptied = writing and bool(flags & os.O_TRUNC)  # (``: > f``: a change, to nothing)
         if key.kind == "scratch":
             node = self.view.nodes[ino]
-            emptied = emptied and bool(node.data)
-            if emptied:
+            if writing and flags & os.O_TRUNC:
                 node.truncate(0)
-            self.handles[fh] = Handle(ino, node, None, node.binding, append, dirty=emptied)
+            self.handles[fh] = Handle(ino, node, None, node.binding, append)
             return True
         if not writing:
             return False
@@ -180,8 +178,10 @@ class Editor:
             log.warning("write to %s refused (EACCES): not a message file", key.kind)
             raise Denied(key.kind)
         binding = self._edit_binding(self.view.session(key), key)
-        buf = bytearray() if emptied else bytearray(binding.baseline)
-        self.handles[fh] = Handle(ino, None, buf, binding, append, dirty=emptied)
+        # (O_TRUNC alone changes nothing yet: a shell's ``>`` closes a copy of the descriptor
+        # before its command writes, and that flush must not save an empty message)
+        buf = bytearray() if flags & os.O_TRUNC else bytearray(binding.baseline)
+        self.handles[fh] = Handle(ino, None, buf, binding, append)
         return True
 
     # -- reading and writing ----------------------------------------------------------------
@@ -336,6 +336,8 @@ class Editor:
             return None
         try:
             job = self._job(h.binding, bytes(h.data), h.node, h.folder, None)
+        except writer.Emptied:
+            raise  # (not for good: text written after it is still saved)
         except writer.Refused:
             self._refused(h)
             raise

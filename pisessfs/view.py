@@ -120,6 +120,7 @@ _NUMBER = re.compile(r"([0-9]{4,})-")  # ASCII only: int() would take any script
 #: each session six times within a millisecond or so; a change the watcher has not told of
 #: yet shows after this at most (DESIGN's aim for an append: 100 ms).
 KEPT_FRESH = 0.1
+RENDER_LOCKS = 64  # stripes of the lock that makes one render of a file at a time
 CALL_SEARCH = 256  # entries looked at above a tool result for its call (results of one
 # assistant message follow each other; a hostile file gets no further)
 
@@ -207,6 +208,8 @@ class View:
         self.nodes: dict[int, Node] = {}  # scratch inode -> node
         self._serial = 0
         self.made = 0  # whole-session files rendered (the mount trims the heap after them)
+        # One render of a whole-session file at a time (striped: bounded however many)
+        self._render_locks = [threading.Lock() for _ in range(RENDER_LOCKS)]
         # Kernel caches to drop, drained by the adapter: (inode, None) or (parent, name).
         # (a deque: render threads add to it while the loop drains it)
         self.invalidations: deque[tuple[int, str | None]] = deque()
@@ -371,8 +374,20 @@ class View:
             self._render(s, kind)  # a small session: cheaper here than a thread hop
             return None
         KINDS[kind].before_copy(self, s)
+        asked = s.version
 
         def work() -> None:
+            # One render of a file at a time: requests that come while it runs (a lookup, a
+            # stat, an open of one growing session) take its rendering, not one each.
+            with self._render_locks[hash((s.path, kind)) % len(self._render_locks)]:
+                hit = s.memo.get(kind)
+                if hit is not None and hit[0] >= asked:
+                    if waited is not None:
+                        waited.add((s.path, kind, hit[0]))
+                    return
+                make()
+
+        def make() -> None:
             with no_gc():
                 with sf.lock:  # a copy no append changes, made while none runs
                     if sf.loaded is not s:

@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import contextlib
+import dataclasses
 import errno
 import functools
 import itertools
@@ -1086,22 +1087,31 @@ class Watcher(threading.Thread):
 
 
 class Looper(threading.Thread):
-    """Reads a file in a loop (tree.txt of the growing session); keeps times and errors."""
+    """Reads paths of the growing session that exist all along, in a loop (tree.txt,
+    session.json, conversation.md, the first entry's folder, file and leaf link); keeps times
+    and errors (ENOENT and ESTALE included: none of them may fail)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, folder: Path, first: str) -> None:
         super().__init__(daemon=True)
-        self.path, self.times, self.errors = path, list[float](), Counter[str]()
+        files = ["tree.txt", "session.json", "conversation.md", f"nodes/{first}.md"]
+        folders = [f"nodes/{first}", f"leaves/{first}"]
+        self.reads: list[tuple[Path, Callable[[Path], object]]] = [
+            (folder / f, read_file) for f in files
+        ]
+        self.reads += [(folder / f, os.listdir) for f in folders]
+        self.times, self.errors = list[float](), Counter[str]()
         self.halt = threading.Event()
 
     def run(self) -> None:
         while not self.halt.is_set():
-            t = time.monotonic()
-            try:
-                read_file(self.path)
-            except OSError as err:
-                self.errors[errno.errorcode.get(err.errno or 0, "?")] += 1
-                time.sleep(0.05)
-            self.times.append(time.monotonic() - t)
+            for path, read in self.reads:
+                t = time.monotonic()
+                try:
+                    read(path)
+                except OSError as err:
+                    self.errors[errno.errorcode.get(err.errno or 0, "?")] += 1
+                    time.sleep(0.05)
+                self.times.append(time.monotonic() - t)
 
 
 def lags(
@@ -1139,7 +1149,8 @@ def lag_rows(appends: list[tuple[float, int]], seen: list[tuple[float, int]]) ->
 def grow_phase(ctx: Ctx, d: Daemon, real: Path) -> list[Row]:
     folder = d.mnt / "grow" / "g"
     rec = ctx.dir("hang") / "grown.txt"
-    reader, watcher = Looper(folder / "tree.txt"), Watcher(folder / "current")
+    first = json.loads(real.read_bytes().splitlines()[1])["id"]
+    reader, watcher = Looper(folder, first), Watcher(folder / "current")
     reader.start()
     watcher.start()
     child, stop = start_child(grower, real, rec, ctx.scale.grow_mb_s * (1 << 20))
@@ -1156,13 +1167,15 @@ def grow_phase(ctx: Ctx, d: Daemon, real: Path) -> list[Row]:
         *lag_rows(appends, watcher.seen),
         info(
             "hang",
-            "grown session: MiB at the end / tree.txt reads",
+            f"grown session: MiB at the end (at {ctx.scale.grow_mb_s:g} MB/s) / reads",
             f"{mb:.0f} / {len(reader.times)}",
         ),
-        zero("hang", "tree.txt reader: EIO answers", reader.errors["EIO"]),
+        zero("hang", "readers of paths there all along: EIO answers", reader.errors["EIO"]),
+        zero("hang", "... ENOENT answers", reader.errors["ENOENT"]),
+        zero("hang", "... any error", sum(reader.errors.values())),
         info(
             "hang",
-            "tree.txt reader: errors / max read s",
+            "... errors / max read s",
             f"{dict(reader.errors) or 0} / {max(reader.times, default=0):.2f}",
         ),
     ]
@@ -1267,6 +1280,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="first fuzz seed (default 0)")
     p.add_argument("--code", metavar="REV", help="attack this commit instead of the work tree")
     p.add_argument("--keep", action="store_true", help="keep the work folder (sessions, logs)")
+    p.add_argument(
+        "--grow",
+        metavar="MBPS,SECONDS",
+        help="the hang part's growing session: its rate and how long (default 5,10 with "
+        "--quick, else 10,60)",
+    )
     return p.parse_args(argv)
 
 
@@ -1275,7 +1294,11 @@ def main(argv: list[str] | None = None) -> int:
     base = args.base or Path("/var/tmp") / f"pisessfs-attack-{os.getpid()}"
     base.mkdir(parents=True, exist_ok=True)
     os.chmod(base, 0o755)
-    ctx = Ctx(base, QUICK if args.quick else FULL, args.seed)
+    scale = QUICK if args.quick else FULL
+    if args.grow:
+        rate, seconds = (float(x) for x in args.grow.split(","))
+        scale = dataclasses.replace(scale, grow_mb_s=rate, grow_seconds=seconds)
+    ctx = Ctx(base, scale, args.seed)
     log(f"code: {snapshot_code(base / 'code', args.code)}; work folder {base}")
     rows: list[Row] = []
     try:

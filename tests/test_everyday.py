@@ -416,8 +416,8 @@ def test_a_session_file_seen_empty_is_named_once_its_header_is_there(mount: Moun
 def test_pi_next_storage_is_shown_read_only_and_named(
     sessions: Path, header: dict[str, object]
 ) -> None:
-    entry = {"kind": "entry", "lane": "main", "type": "message", "id": "e1", "parentId": None}
-    entry.update(seq=1, timestamp=1795168800000)
+    entry: dict[str, object] = {"kind": "entry", "lane": "main", "type": "message", "id": "e1"}
+    entry.update(parentId=None, seq=1, timestamp=1795168800000)
     entry["message"] = {"role": "user", "content": "hello from the next storage"}
     folder = sessions / "--next--"
     folder.mkdir()
