@@ -554,8 +554,8 @@ def test_hostile_ids_and_names_are_unique_and_resolve(sessions: Path) -> None:
             # not another id's escaped name (which wins).
             raw = m.path / "hostile" / "h" / "nodes" / eid
             if os.path.lexists(raw):
-                got = os.getxattr(raw, "user.pi.id").decode()
-                assert got == eid or id_name(got) == eid
+                shown = os.getxattr(raw, "user.pi.id").decode()
+                assert shown == eid or id_name(shown) == eid
             else:
                 assert id_name(eid) != eid
         target = os.readlink(m.path / "hostile" / "h" / "current")
