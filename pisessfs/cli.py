@@ -148,30 +148,67 @@ def parse_options(values: list[str]) -> Options:
     return out
 
 
-def build_parser() -> argparse.ArgumentParser:
+EXAMPLES = """\
+examples:
+  pisessfs demo                       mount the example sessions on ~/pisessfs-demo
+  pisessfs mount ~/pi                 mount Pi's sessions on ~/pi (in the background)
+  grep -r docker ~/pi                 every message that says it, once (conversation.md)
+  echo 'and tests' > ~/pi/P/S/current/next.md    a new message after the last one
+  vim ~/pi/P/S/current/0004-user.md   edit a message: saving it forks, as in Pi
+  pisessfs status                     this user's mounts, their logs, what they refused
+  pisessfs umount ~/pi
+
+The daemon logs to $XDG_STATE_HOME/pisessfs/<mountpoint>.log (else ~/.local/state/...;
+--log FILE for another, stderr with -f); `pisessfs status` names each mount's log.
+mount(8) runs `pisessfs SESSIONS MOUNTPOINT -o OPTIONS` (through mount.fuse3) for an
+/etc/fstab line of type fuse.pisessfs. `man pisessfs` has all of it."""
+
+
+def _sessions_help(for_man: bool) -> str:
+    """What ``--sessions`` defaults to: the folder itself on this machine, or how it is
+    found (the man page, the same on every machine)."""
+    how = "as Pi finds it: $PI_CODING_AGENT_SESSION_DIR, Pi's sessionDir setting, else "
+    how += "$PI_CODING_AGENT_DIR/sessions, else ~/.pi/agent/sessions"
+    return f"sessions folder (default: {how if for_man else default_sessions()})"
+
+
+def build_parser(for_man: bool = False) -> argparse.ArgumentParser:
+    """The command line. ``for_man``: help texts that do not depend on this machine."""
     p = argparse.ArgumentParser(
         prog="pisessfs",
         description="Mount Pi coding-agent sessions as folders of Markdown message files.",
-        epilog="For an /etc/fstab line of type fuse.pisessfs, mount(8) runs "
-        "`pisessfs SESSIONS MOUNTPOINT -o OPTIONS` (through mount.fuse3).",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"pisessfs {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     m = sub.add_parser(
         "mount",
         help="mount a sessions folder",
+        description="Mount a sessions folder on MOUNTPOINT, in the background (-f: in the "
+        "foreground), and return once it is up.",
         epilog="mount(8) runs it as `pisessfs SESSIONS MOUNTPOINT -o OPTIONS` for an /etc/fstab "
-        "line of type fuse.pisessfs (see the README, 'Mount it every day').",
+        "line of type fuse.pisessfs (docs/guide.md, 'Mount it at login').",
     )
     m.add_argument("mountpoint", help="an empty folder to mount on")
-    m.add_argument("--sessions", metavar="DIR", help="sessions folder (default: as Pi finds it)")
+    m.add_argument("--sessions", metavar="DIR", help=_sessions_help(for_man))
     _common(m)
-    u = sub.add_parser("umount", help="unmount (also a stale mount)")
-    u.add_argument("mountpoint")
+    u = sub.add_parser(
+        "umount",
+        help="unmount (also a stale mount)",
+        description='Unmount a pisessfs mount; also one whose daemon died ("Transport '
+        'endpoint is not connected"). A busy mount is reported with what holds it.',
+    )
+    u.add_argument("mountpoint", help="where it is mounted (a folder given to mount or demo)")
     u.add_argument(
         "--lazy", action="store_true", help="detach even if busy (gone once its users leave)"
     )
-    d = sub.add_parser("demo", help="mount the example sessions shipped with pisessfs")
+    d = sub.add_parser(
+        "demo",
+        help="mount the example sessions shipped with pisessfs",
+        description="Mount a writable copy of the example sessions shipped with pisessfs, "
+        "and print what to try. The copy is kept across demos (--reset starts over).",
+    )
     d.add_argument(
         "mountpoint",
         nargs="?",
@@ -185,7 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(d)
     s = sub.add_parser(
-        "status", help="this user's mounts: sessions folder, pid, uptime, log, memory"
+        "status",
+        help="this user's mounts: sessions shown, read-only or not, log, last refusal",
+        description="This user's pisessfs mounts: where, of which sessions folder, how many "
+        "sessions they show, read-only or not, the daemon's pid, memory and log, and the last "
+        "save it refused and why.",
     )
     s.add_argument("--json", action="store_true", help="one JSON list, for scripts")
     i = sub.add_parser(
@@ -195,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
         "escaped mountpoint: systemctl --user enable --now "
         "pisessfs@$(systemd-escape --path ~/pi).service",
     )
-    i.add_argument("--sessions", metavar="DIR", help="sessions folder (default: as Pi finds it)")
+    i.add_argument("--sessions", metavar="DIR", help=_sessions_help(for_man))
     i.add_argument(
         "-o",
         dest="options",
@@ -354,7 +395,8 @@ def mount(args: argparse.Namespace) -> int:
     sessions = Path(args.sessions).expanduser() if args.sessions else default_sessions()
     if not sessions.is_dir():
         return _fail(
-            f"no sessions folder at {sessions} (try `pisessfs demo` to mount "
+            _a_file(sessions)
+            or f"no sessions folder at {sessions} (try `pisessfs demo` to mount "
             "the example sessions, or --sessions DIR)",
             2,
         )
@@ -676,6 +718,12 @@ def _status_json(e: status.Entry, now: float) -> dict[str, object]:
         "disk_entries": r.disk_entries if r else None,
         "disk_bytes": r.disk_bytes if r else None,
         "warm_up": (r.warm_up or None) if r else None,
+        "shown": r.shown if r and r.shown >= 0 else None,
+        "projects": r.projects if r else None,
+        "disk_mine": r.disk_mine if r else None,
+        "refused": (r.refused or None) if r else None,
+        "refused_at": (r.refused_at or None) if r else None,
+        "fast": r.fast if r else None,
         "requests": r.requests if r else None,
         "at_once": r.at_once if r else None,
         "rss": e.rss,
@@ -692,34 +740,45 @@ def _status_text(e: status.Entry, now: float) -> str:
             f"{mnt}: mounted, no status file (an older pisessfs, or a daemon with another "
             "$XDG_RUNTIME_DIR)"
         )
-    head = f"{mnt}: running" + (", read-only" if r.read_only else "")
     if not e.alive:
-        head = f"{mnt}: dead, its daemon (pid {r.pid}) is gone; clear it: pisessfs umount {mnt}"
-    rows = [("sessions", r.sessions)]
-    if e.alive:
-        rows.append(("pid", f"{r.pid}, up {_duration(now - r.started)}"))
+        return f"{mnt}: dead, its daemon (pid {r.pid}) is gone; clear it: pisessfs umount {mnt}"
+    head = f"{mnt}: mounted, " + ("read-only" if r.read_only else "read-write")
+    age = "" if e.fresh else f" (as of {_duration(now - r.updated)} ago: no answer now)"
+    rows = [("sessions", _shown_text(r) + age)]
+    memory = f"{_mib(e.rss)} of memory" if e.rss is not None else "memory unknown"
+    rows.append(("daemon", f"pid {r.pid}, up {_duration(now - r.started)}, {memory}"))
     rows.append(("log", r.log))
-    if e.alive:
-        age = "" if e.fresh else f" (as of {_duration(now - r.updated)} ago: no answer now)"
-        rows.append(
-            (
-                "parsed",
-                f"{r.parsed} session{'' if r.parsed == 1 else 's'}, {_mib(r.parsed_bytes)} "
-                f"of files; {r.shelved} shelved in {_mib(r.shelved_bytes)} "
-                f"(cap {_mib(r.cache_bytes)}){age}",
-            )
+    rows.append(
+        (
+            "in memory",
+            f"{_count(r.parsed, 'session')} read ({_mib(r.parsed_bytes)} of session files; "
+            f"up to {_mib(r.cache_bytes)})",
         )
-        rows.append(("memory", f"{_mib(e.rss)} resident" if e.rss is not None else "unknown"))
-        disk = "off"
-        if r.disk_cache:
-            disk = f"{r.disk_cache}: {r.disk_entries} sessions in {_mib(r.disk_bytes)}"
-        rows.append(("on disk", disk))
-        if r.warm_up:
-            rows.append(("warm-up", r.warm_up))
-        if r.requests:
-            share = f"{100 * r.at_once / r.requests:.0f}%"
-            rows.append(("requests", f"{r.requests:,}, {share} answered at once from what is kept"))
-    return "\n".join([head, *(f"  {k:<9} {v}" for k, v in rows)])
+    )
+    disk = "off"
+    if r.disk_cache:
+        disk = f"{r.disk_cache}: {_count(r.disk_mine, 'session')} of this mount kept"
+        disk += f" ({_mib(r.disk_bytes)} for all mounts)"
+    rows.append(("disk cache", disk))
+    if r.warm_up:
+        rows.append(("warm-up", r.warm_up))
+    refused = "nothing"
+    if r.refused:
+        refused = f"{time.strftime('%H:%M:%S', time.localtime(r.refused_at))} {r.refused}"
+    rows.append(("refused", refused))
+    if not r.fast:
+        rows.append(("slower", status.SLOW_PYFUSE3))
+    return "\n".join([head, *(f"  {k:<10} {v}" for k, v in rows)])
+
+
+def _shown_text(r: status.Record) -> str:
+    if r.shown < 0:
+        return f"{r.sessions} (not counted yet)"
+    return f"{r.sessions}: {_count(r.shown, 'session')} in {_count(r.projects, 'project')}"
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
 
 
 def _duration(seconds: float) -> str:
@@ -734,7 +793,12 @@ def _duration(seconds: float) -> str:
 
 
 def _mib(n: int | None) -> str:
-    return "?" if n is None else f"{n / (1 << 20):.1f} MiB"
+    """A size as people read it: 840 KiB, 3.2 MiB, 1,024 MiB."""
+    if n is None:
+        return "?"
+    if n < 1 << 20:
+        return f"{n / 1024:.0f} KiB"
+    return f"{n / (1 << 20):.1f} MiB" if n < 10 << 20 else f"{n / (1 << 20):,.0f} MiB"
 
 
 def install_unit(args: argparse.Namespace) -> int:
@@ -744,8 +808,14 @@ def install_unit(args: argparse.Namespace) -> int:
         return _fail(str(err), 2)
     options = [x for value in args.options for x in value.split(",") if x]
     sessions = Path(args.sessions).expanduser() if args.sessions else default_sessions()
-    if not sessions.is_dir():
-        return _fail(f"no sessions folder at {sessions} (--sessions DIR)", 2)
+    if _a_file(sessions):
+        return _fail(_a_file(sessions) or "", 2)
+    if not sessions.is_dir():  # (Pi makes it at its first session: the unit can come first)
+        print(
+            f"pisessfs: note: no sessions folder at {sessions} yet; the unit's mount starts "
+            "once Pi has made it",
+            file=sys.stderr,
+        )
     try:
         text = unit.unit_text(sessions.resolve(), options, args.allow_other or o.allow_other)
     except ValueError as err:
@@ -764,6 +834,13 @@ def install_unit(args: argparse.Namespace) -> int:
   systemctl --user daemon-reload
   systemctl --user enable --now pisessfs@$(systemd-escape --path ~/pi).service""")
     return 0
+
+
+def _a_file(sessions: Path) -> str | None:
+    """The one line for a sessions folder given as one of its files."""
+    if not sessions.is_file():
+        return None
+    return f"{sessions} is a file: give the folder it is in (--sessions {sessions.parent})"
 
 
 def demo_folder() -> Path:

@@ -30,7 +30,7 @@ import trio
 from . import heap, mountpoint, status
 from .appender import Appender
 from .disk import DiskCache, code_mark
-from .fuse_ops import Asked, Operations
+from .fuse_ops import OPEN_FLAGS, Asked, Operations
 from .sessions import MIN_IDLE, Store, Unreadable
 from .view import View
 from .watch import Watcher
@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 SWITCH_INTERVAL = 0.0005  # seconds
 TRIM_AFTER = 2.0  # seconds between looks at whether work was done since the last trim
 SAVE_SECONDS = 45.0  # the disk cache's save at unmount, at most
+#: The pyfuse3 of ``scripts/install`` (with the walks patch): a plain ``pip install`` gets the
+#: stock one, which works, with a request more per file a walk reads and four per folder.
+FAST = OPEN_FLAGS
 #: Idle request readers pyfuse3 keeps waiting (its ``min_tasks``). Its default, 1, suits a
 #: loop that waits for every request; the patched one reads a queued request at once, so a
 #: reader seldom waits, and a cold ``rg`` made it start a reader and end another every six
@@ -109,6 +112,10 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
     # parsed or rendered in a thread it waits a whole switch interval to get it back: at
     # the default 5 ms, a lookup of three syscalls took 15 ms, a listing seconds.
     sys.setswitchinterval(SWITCH_INTERVAL)
+    if not FAST:  # (once: status says it too)
+        log.warning("%s", status.SLOW_PYFUSE3)
+    refusals = status.LastRefusal()
+    logging.getLogger("pisessfs").addHandler(refusals)
     clean = False
     guard: Guard | None = None
     state: status.Writer | None = None
@@ -125,6 +132,9 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
             disk=lambda: _on_disk(cache),
             warm=lambda: ops.warming,
             requests=lambda: (Asked.requests, Asked.at_once),
+            shown=lambda: _shown(store, cache),
+            refused=lambda: refusals.last,
+            fast=FAST,
         )
         state.write()
         if ready is not None:
@@ -237,8 +247,15 @@ def _parsed(store: Store) -> tuple[int, int]:
         except RuntimeError:
             continue
         loaded = [sf.loaded for sf in held if sf is not None and sf.loaded is not None]
-        return len(loaded), sum(f.nbytes() for f in loaded)
+        return len(loaded), sum(f.size for f in loaded)
     return 0, 0
+
+
+def _shown(store: Store, cache: DiskCache | None) -> tuple[int, int, int]:
+    """Sessions shown, in how many projects, and how many of them the disk cache holds."""
+    paths, projects = store.session_paths()
+    kept = sum(cache.has(p) for p in paths) if cache is not None else 0
+    return len(paths), projects, kept
 
 
 async def _serve(
@@ -312,9 +329,10 @@ async def _trim(view: View) -> None:
 
 
 async def _refresh(state: status.Writer) -> None:
-    """Rewrite the status file every ``status.REFRESH`` seconds, and when asked (SIGUSR2)."""
+    """Rewrite the status file every ``status.REFRESH`` seconds, and when asked (SIGUSR2),
+    in a thread (it counts the sessions shown: a scan of every project folder)."""
     with trio.open_signal_receiver(status.ASK) as asked:
         while True:
             with trio.move_on_after(status.REFRESH):
                 await asked.__anext__()
-            state.write()
+            await trio.to_thread.run_sync(state.write, abandon_on_cancel=True)

@@ -1040,6 +1040,20 @@ class Store:
         """Bytes counted against the cap: the parsed sessions and the shelf."""
         return self._total + self.shelf.bytes
 
+    def session_paths(self) -> tuple[list[str], int]:
+        """Every session file the mount shows, and in how many project folders (a scan of
+        the folders, no file opened: for ``status``)."""
+        try:
+            top = self.files.scandir(self.root)
+        except Unreadable:
+            return [], 0
+        paths = [d.path for d in top if d.is_file and _is_session_name(d.name)]
+        projects = [d for d in top if d.is_dir]
+        for d in projects:
+            with contextlib.suppress(Unreadable):
+                paths += [f.path for f in self._session_files(d.path)]
+        return paths, len(projects)
+
     def loaded_paths(self) -> list[str]:
         return [p for p, sf in self._files.items() if sf.loaded is not None]
 

@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 FSTYPE = "fuse.pisessfs"  # what mountinfo says of our mounts (subtype=pisessfs)
 FORMAT = 1  # the status file's format
 REFRESH = 30.0  # seconds between the daemon's rewrites of its status file
+#: What the log and ``status`` say of a mount without the pyfuse3 of ``scripts/install``.
+SLOW_PYFUSE3 = (
+    "this pyfuse3 is the stock one: grep -r and rg over the mount take about three times as "
+    "long; scripts/install from a clone of pisessfs installs the fast one"
+)
 ASK = signal.SIGUSR2  # "write your status file now"
 
 
@@ -143,6 +148,12 @@ class Record:
     warm_up: str = ""  # where ``--warm`` is ("": not asked for)
     requests: int = 0  # requests answered since the mount
     at_once: int = 0  # ... of them, from what is kept, without a coroutine (``fuse_ops.now``)
+    shown: int = -1  # sessions the mount shows (-1: not counted yet)
+    projects: int = 0  # ... in this many project folders
+    disk_mine: int = 0  # of them, kept in the disk cache
+    refused: str = ""  # the last request refused, as the log said it
+    refused_at: float = 0.0  # ... when (time.time())
+    fast: bool = True  # the pyfuse3 with the walks patch (else walks are slower)
     version: str = __version__
     format: int = FORMAT
 
@@ -163,6 +174,21 @@ class Record:
         return (self.mount_id, self.dev, self.mountpoint) == (m.mount_id, m.dev, m.path)
 
 
+class LastRefusal(logging.Handler):
+    """The last request the mount refused, from its log: every refusal logs one line that
+    says what was refused and why ("save refused (not-utf8): …")."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last: tuple[str, float] = ("", 0.0)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):  # (a status line is never a reason to fail)
+            message = record.getMessage()
+            if "refused" in message:
+                self.last = (message, record.created)
+
+
 class Writer:
     """The daemon's side: its status file, written and rewritten, never a reason to fail."""
 
@@ -179,12 +205,15 @@ class Writer:
         disk: Callable[[], tuple[str, int, int]] = lambda: ("", 0, 0),
         warm: Callable[[], str] = lambda: "",
         requests: Callable[[], tuple[int, int]] = lambda: (0, 0),
+        shown: Callable[[], tuple[int, int, int]] = lambda: (-1, 0, 0),
+        refused: Callable[[], tuple[str, float]] = lambda: ("", 0.0),
+        fast: bool = True,
     ) -> None:
         here = mountpoint.top(mnt)
         pid = os.getpid()
         now = time.time()
         self.parsed, self.shelved, self.disk, self.warm = parsed, shelved, disk, warm
-        self.requests = requests
+        self.requests, self.shown, self.refused = requests, shown, refused
         self.record = Record(
             pid=pid,
             start_ticks=start_ticks(pid) or 0,
@@ -199,6 +228,7 @@ class Writer:
             parsed=0,
             parsed_bytes=0,
             cache_bytes=cache_bytes,
+            fast=fast,
         )
         self.path = dirs()[0] / f"{slug(mnt)}.{pid}.json"
         self._warned = False
@@ -213,6 +243,8 @@ class Writer:
             rec.disk_cache, rec.disk_entries, rec.disk_bytes = self.disk()
             rec.warm_up = self.warm()
             rec.requests, rec.at_once = self.requests()
+            rec.refused, rec.refused_at = self.refused()
+            rec.shown, rec.projects, rec.disk_mine = self.shown()
         except Exception:  # the numbers are a courtesy: the file is still written
             log.debug("counting parsed sessions failed", exc_info=True)
         rec.updated = time.time()

@@ -107,6 +107,26 @@ def pi_missing() -> str | None:
     return None
 
 
+#: The markers of the test running now (``_marks``): a test that mounts must be marked
+#: ``fuse``, one that asks the real Pi ``pi``, so that ``-m "not fuse and not pi"`` is the
+#: core tier, which needs neither (``mounted`` and ``pi`` check it).
+_MARKS: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _marks(request: pytest.FixtureRequest) -> Iterator[None]:
+    _MARKS.clear()
+    _MARKS.update(m.name for m in request.node.iter_markers())
+    yield
+    _MARKS.clear()
+
+
+def marked(name: str) -> None:
+    """Fail a test that needs ``name`` (``fuse``, ``pi``) but is not marked so."""
+    if name not in _MARKS:
+        pytest.fail(f"this test needs {name}: mark it @pytest.mark.{name} (or its module)")
+
+
 @pytest.fixture(autouse=True)
 def _no_unexpected_warnings(
     request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
@@ -125,8 +145,10 @@ def _own_cache_home(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every mount a test starts keeps its disk cache (on by default) in a folder of the
-    test's, never in the real ``~/.cache/pisessfs``."""
+    test's, never in the real ``~/.cache/pisessfs``, and its log (a daemon's, by default)
+    there too, not in ``~/.local/state``."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))
 
 
 # -- session files -----------------------------------------------------------------------------
@@ -153,6 +175,16 @@ def sessions(tmp_path: Path) -> Path:
 
 
 # -- real mounts -------------------------------------------------------------------------------
+
+
+#: Where mounts' logs go: a folder of this test run's (pytest keeps the last three runs'
+#: and removes older ones), not beside the mountpoints, which live outside /tmp.
+_LOG_DIR: list[Path] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _mount_logs(tmp_path_factory: pytest.TempPathFactory) -> None:
+    _LOG_DIR[:] = [tmp_path_factory.mktemp("mount-logs")]
 
 
 def mount_base() -> Path:
@@ -200,10 +232,11 @@ def mounted(
     ``base``: the folder to mount in (default: one outside /tmp); ``max_fds``: the daemon's
     ``ulimit -n``.
     """
+    marked("fuse")
     need(fuse_missing() is None, fuse_missing() or "")
     mnt = (base or mount_base()) / uuid.uuid4().hex[:8]
     mnt.mkdir()
-    log = mnt.with_suffix(".log")
+    log = (_LOG_DIR[0] if _LOG_DIR else mnt.parent) / f"{mnt.name}.log"
     limit = [] if max_fds is None else ["prlimit", f"--nofile={max_fds}:{max_fds}"]
 
     # Each mount its own disk cache (it is on by default): what one test's mount saved never
@@ -278,6 +311,7 @@ def mount(sessions: Path) -> Iterator[Mount]:
 
 def pi(*args: str) -> Any:
     """Run the Pi oracle (``tests/pi/oracle.mjs``) and return its JSON answer."""
+    marked("pi")
     need(pi_missing() is None, pi_missing() or "")
     out = subprocess.run(
         ["node", str(ORACLE), *args],

@@ -53,6 +53,8 @@ from tests.conftest import (
     wait_for,
 )
 
+pytestmark = [pytest.mark.fuse, pytest.mark.pi]  # real mounts and the real Pi (conftest: tiers)
+
 RECIPE_PROJECT = "--home-ana-src-recipe-box--"
 RECIPE_FIRST = "pytest fails on the ingredient parser"
 ASSISTANT = "0003-assistant.md"  # "Let me run the parser tests first." (id 3f49fb9d)

@@ -17,6 +17,8 @@ import pytest
 from tests import damaged
 from tests.conftest import FORK, RECIPE, RECIPE_STEM, mounted
 
+pytestmark = pytest.mark.fuse  # real mounts (tests/conftest.py: the tiers)
+
 NUMBERED = re.compile(r"^(\d{4,})-(.+)\.md$")
 SEP = " · "
 

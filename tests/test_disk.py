@@ -32,6 +32,8 @@ from pisessfs.view import Key, NotFound, View
 from .conftest import Mount, drop_caches, mounted, named, need, wait_for
 from .test_lifecycle_status import status_json
 
+pytestmark = pytest.mark.fuse  # real mounts (tests/conftest.py: the tiers)
+
 PARSED = "whole ("  # sessions.py: "read <path> whole (<n> bytes)"
 FROM_DISK = "answers from the disk cache"
 H1 = "2026-03-02T09-14-06-120Z_h1"  # a hostile session's file stem

@@ -37,6 +37,8 @@ from tests.conftest import (
     wait_for,
 )
 
+pytestmark = [pytest.mark.fuse, pytest.mark.pi]  # real mounts and the real Pi (conftest: tiers)
+
 WHOLE = ("tree.txt", "session.json", "conversation.md", "current.md")
 SESSIONS = (RECIPE, FORK, KANBAN)
 

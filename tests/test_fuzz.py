@@ -311,6 +311,7 @@ def compare_v1(s: Loaded, a: dict[str, Any], seen: Counter[str]) -> None:
             assert theirs[n]["id"] != raw, "Pi replaces v1 ids: ours must not keep them"
 
 
+@pytest.mark.pi
 def test_pi_sees_what_we_show(corpus: Path, tmp_path: Path) -> None:
     answers = ask_pi(corpus, tmp_path)
     store = Store(str(corpus))

@@ -27,6 +27,8 @@ from pisessfs.files import Files, Unreadable
 from tests import damaged
 from tests.conftest import RECIPE, RECIPE_STEM, Mount, mounted, named, need, wait_for
 
+pytestmark = pytest.mark.fuse  # real mounts (tests/conftest.py: the tiers)
+
 SECRET = b"TOP-SECRET-LINE-OUTSIDE-THE-ROOT"
 
 

@@ -316,6 +316,7 @@ def test_a_header_line_without_its_newline_is_a_provisional_header() -> None:
     assert p.header is not None and p.tail_problem is None
 
 
+@pytest.mark.pi
 def test_a_bom_file_is_shown_with_a_problem_because_pi_does_not_load_it(tmp_path: Path) -> None:
     data = b"\xef\xbb\xbf" + session(entry("aaaaaaaa", None))
     copy = tmp_path / "pi.jsonl"
@@ -371,6 +372,7 @@ def test_pi_harness_storage_is_recognised_and_shown_read_only(
     assert doc["name"] == "Harness" and doc["created"] == "2026-11-20T10:00:00.000Z"
 
 
+@pytest.mark.pi
 def test_pi_does_not_load_harness_storage_as_a_session(tmp_path: Path) -> None:
     copy = tmp_path / "h.jsonl"
     copy.write_bytes(session(header=HARNESS_HEADERS[0]))

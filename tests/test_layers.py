@@ -11,6 +11,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent.parent / "pisessfs"
 # Each module may import only modules after it in this list.
 ORDER = [
+    "manpage",
     "cli",
     "unit",
     "mount",

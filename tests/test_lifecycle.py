@@ -36,6 +36,8 @@ from tests.conftest import (
     wait_for,
 )
 
+pytestmark = pytest.mark.fuse  # real mounts (tests/conftest.py: the tiers)
+
 PARENT = "74cc97d5"  # the last entry of RECIPE's resume branch
 
 

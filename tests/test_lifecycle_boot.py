@@ -41,6 +41,8 @@ from tests.conftest import (
 )
 from tests.test_lifecycle import alive, pisessfs, watchdog_of
 
+pytestmark = pytest.mark.fuse  # real mounts (tests/conftest.py: the tiers)
+
 SCRIPT = Path(sys.executable).parent / "pisessfs"  # the venv's console script
 
 

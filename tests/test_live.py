@@ -17,6 +17,8 @@ import pytest
 from tests import damaged
 from tests.conftest import RECIPE, Mount, mounted, pi, wait_for
 
+pytestmark = [pytest.mark.fuse, pytest.mark.pi]  # real mounts and the real Pi (conftest: tiers)
+
 PARENT = "74cc97d5"
 
 

@@ -29,6 +29,8 @@ from tests.conftest import (
     wait_for,
 )
 
+pytestmark = pytest.mark.fuse  # real mounts (tests/conftest.py: the tiers)
+
 
 def run(*cmd: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=120)

@@ -18,6 +18,8 @@ import pytest
 from tests import damaged
 from tests.conftest import FORK, RECIPE, RECIPE_ID, RECIPE_STEM, mounted, wait_for
 
+pytestmark = pytest.mark.fuse  # real mounts (tests/conftest.py: the tiers)
+
 RECIPE_PROJECT = RECIPE.split("/")[0]
 
 

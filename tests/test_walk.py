@@ -35,6 +35,8 @@ from tests.conftest import (
 )
 from tests.test_lifecycle_status import status_json
 
+pytestmark = [pytest.mark.fuse, pytest.mark.pi]  # real mounts and the real Pi (conftest: tiers)
+
 LONG = 120  # bytes: a message this long is unlikely to be quoted by another
 
 

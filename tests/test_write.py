@@ -27,6 +27,8 @@ import pytest
 from tests import damaged
 from tests.conftest import RECIPE, Mount, is_mounted, mounted, need, pi, wait_for
 
+pytestmark = [pytest.mark.fuse, pytest.mark.pi]  # real mounts and the real Pi (conftest: tiers)
+
 PARENT = "74cc97d5"  # the resume leaf of the recipe session (its last line)
 LAST_USER = "0020-user.md"  # "Perfect, commit it please." (parent 7d83cfa9, a session_info)
 LAST_USER_ID = "7146efbf"
