@@ -465,9 +465,15 @@ def _tool_result(d: dict[str, Any], msg: dict[str, Any], ctx: Context) -> bytes:
         pairs = [("tool", tool), ("call", "not found on this branch")]
     if _on(msg.get("isError")):
         pairs.append(("error", "yes"))
+    # The output as a code block (pytest's banners, source and JSON are not Markdown), in
+    # the language of the file a read read; markers of other blocks as they are.
+    lang = _output_lang(ctx.call)
     parts = [
-        _s(b.get("text")) if b.get("type") == "text" else f"[{_s(b.get('type'))}]"
+        fence(_s(b.get("text")), lang).rstrip("\n")
+        if b.get("type") == "text"
+        else f"[{_s(b.get('type'))}]"
         for b in blocks(msg.get("content"))
+        if b.get("type") != "text" or _s(b.get("text"))
     ]
     details = msg.get("details")
     diff = details.get("diff") if isinstance(details, dict) else None
@@ -475,6 +481,14 @@ def _tool_result(d: dict[str, Any], msg: dict[str, Any], ctx: Context) -> bytes:
         parts.append(fence(diff, "diff").rstrip("\n"))
     parts.extend(_nested(msg.get("nestedCalls")))
     return _finish(_header(d, pairs) + "\n\n".join(parts))
+
+
+def _output_lang(call: dict[str, Any] | None) -> str:
+    """The language tag of a tool's output: a read's, by its file's extension."""
+    if call is None or call.get("name") != "read":
+        return ""
+    path = _arg(call.get("arguments"), "path", "file_path")
+    return _lang(path) if path is not None else ""
 
 
 _STATUS = {"ok": "✓", "error": "✗", "unfinished": "…"}
@@ -504,7 +518,7 @@ def _bash(d: dict[str, Any], msg: dict[str, Any], _ctx: Context) -> bytes:
     out = f"$ {_s(msg.get('command'))}\n"
     output = _s(msg.get("output"))
     if output:
-        out += output if output.endswith("\n") else output + "\n"
+        out += fence(output)  # (its output as a code block, as a tool's)
     facts = []
     code = _num(msg.get("exitCode"))
     if code:

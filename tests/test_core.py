@@ -647,3 +647,36 @@ def test_conversation_md_gives_every_branch_views_size(tmp_path: Path) -> None:
             assert sizes[eid] == len(fresh.branch_text(fs, eid)), (f, eid)
             checked += 1
     assert checked > 100
+
+
+# -- output as code ----------------------------------------------------------------------------
+
+
+def _result(text: str, tool: str = "bash") -> dict[str, object]:
+    msg: dict[str, object] = {"role": "toolResult", "toolName": tool, "toolCallId": "c1"}
+    msg["content"] = [{"type": "text", "text": text}]
+    return {"type": "message", "id": "r1", "timestamp": "2026-03-02T09:15:27.000Z", "message": msg}
+
+
+def test_tool_output_is_a_code_block_in_the_language_of_the_file_read() -> None:
+    """pytest's banners, source and JSON are not Markdown: a tool's output is a fenced
+    block, tagged with the language of the file a read read, its fence longer than any
+    backtick run in it; a user's bash output is one too; a user message stays its text."""
+    read = {"name": "read", "arguments": {"path": "recipe_box/parser.py"}}
+    got = render.render(_result("import re\n", "read"), render.Context(call=read)).decode()
+    assert got.endswith("\n\n```python\nimport re\n```\n")
+    bash = {"name": "bash", "arguments": {"command": "pytest -q"}}
+    out = "==== 3 passed ====\n```\nnot a fence\n```"
+    got = render.render(_result(out), render.Context(call=bash)).decode()
+    assert got.endswith("\n\n````\n" + out + "\n````\n")
+    assert got.startswith("call: $ pytest -q\n")
+    json_out = render.render(_result('{"a": "b\\nc"}'), render.Context(call=bash)).decode()
+    assert '```\n{"a": "b\\nc"}\n```\n' in json_out
+    user_bash: dict[str, object] = {"type": "message", "id": "b1"}
+    user_bash["timestamp"] = "2026-03-02T09:15:27.000Z"
+    user_bash["message"] = {"role": "bashExecution", "command": "ls", "output": "a\nb\n"}
+    assert render.render(user_bash).decode().endswith("$ ls\n```\na\nb\n```\n")
+    user: dict[str, object] = {"type": "message", "id": "u1"}
+    user["timestamp"] = "2026-03-02T09:15:27.000Z"
+    user["message"] = {"role": "user", "content": "see `x` and\n```\ncode\n```"}
+    assert render.render(user) == b"see `x` and\n```\ncode\n```\n"

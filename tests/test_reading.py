@@ -282,7 +282,7 @@ def test_made_up_kinds_read_as_text(tmp_path: Path) -> None:
     assert "opts.dry: true\nopts.tags[0]: a\nopts.tags[1]: b\n" in call
     assert '[sparkle]\nlevel: 3\nnote:\n```\na "quoted"\nnote\n```' in call
     result = files["0003-tool-deploy.md"]
-    assert result.startswith("call: deploy prod\ntime: 2026-11-20 10:00:03\n\ndeployed\n")
+    assert result.startswith("call: deploy prod\ntime: 2026-11-20 10:00:03\n\n```\ndeployed\n```\n")
     assert "nested calls: 1\n✓ $ make (5 ms)\n" in result
     assert "call_abcdef" not in result
     assert "first kept entry: 0002-assistant.md (a1)\n" in files["0004-compaction.md"]
