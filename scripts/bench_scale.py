@@ -219,7 +219,10 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         b.log(f"corpus: generating {args.sessions} sessions, {args.mb} MiB into {raw}")
         facts = generate(raw, args.sessions, args.mb, args.projects, args.big_mb)
     result: dict[str, Any] = {"corpus": facts, "word": args.word, "runs": args.runs}
-    result["code"] = b.snapshot_code(tmp)  # cold runs start daemons: all of one version
+    if args.pisessfs:  # (an installed command runs its own copy of the package)
+        result["code"] = {"installed": args.pisessfs}
+    else:
+        result["code"] = b.snapshot_code(tmp)  # cold runs start daemons: all of one version
     m = b.Mount("mount", raw, tmp / "mnt", tmp / "mount.log")
     disk = tmp / "disk-cache"
     m.extra = ["--disk-cache", str(disk)]
@@ -327,7 +330,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-cold", action="store_true")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--tmp", metavar="DIR")
+    p.add_argument(
+        "--pisessfs",
+        metavar="CMD",
+        help="the pisessfs command to mount with (default: this interpreter's package; "
+        "~/.local/bin/pisessfs measures what scripts/install installed)",
+    )
     a = p.parse_args(argv)
+    if a.pisessfs:
+        b.PISESSFS[:] = [os.path.expanduser(a.pisessfs)]
     a.sessions = a.sessions or (500 if a.quick else 5000)
     a.mb = a.mb or (100 if a.quick else 1024)
     a.big_mb = a.big_mb or (10 if a.quick else 100)

@@ -26,6 +26,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+#: How a pisessfs mount is started: this interpreter's package, or an installed command
+#: (``bench_scale.py --pisessfs ~/.local/bin/pisessfs``: what ``scripts/install`` gives).
+PISESSFS = [PYTHON, "-m", "pisessfs.cli"]
 BAREFS = ROOT / "scripts" / "bench_barefs.py"
 EXAMPLES = ROOT / "pisessfs" / "examples" / "sessions"
 ENV = {**os.environ, "LC_ALL": "C"}  # the same, fast, locale for every tool and tree
@@ -214,7 +217,7 @@ class Mount:
 
     def argv(self) -> list[str]:
         if self.kind == "mount":
-            return [PYTHON, "-m", "pisessfs.cli", "mount", "-f"]
+            return [*PISESSFS, "mount", "-f"]
         return [PYTHON, str(BAREFS)]
 
     @property
