@@ -148,7 +148,7 @@ def parse_options(values: list[str]) -> Options:
     return out
 
 
-EXAMPLES = """\
+HELP_EXAMPLES = """\
 examples:
   pisessfs demo                       mount the example sessions on ~/pisessfs-demo
   pisessfs mount ~/pi                 mount Pi's sessions on ~/pi (in the background)
@@ -177,7 +177,7 @@ def build_parser(for_man: bool = False) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pisessfs",
         description="Mount Pi coding-agent sessions as folders of Markdown message files.",
-        epilog=EXAMPLES,
+        epilog=HELP_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"pisessfs {__version__}")
