@@ -271,8 +271,8 @@ def _common(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="render every session in the background after mounting, while nothing is asked, "
         "into the disk cache (those it lacks; with --disk-cache off, until the memory cache is "
-        "full): the first grep -r is then as fast as a repeated one (about two minutes of one "
-        "core per GB of sessions, once; pisessfs status shows where it is)",
+        "full): the first grep -r is then as fast as a repeated one (about 40 s of one core "
+        "per GB of sessions, once; pisessfs status shows where it is)",
     )
     p.add_argument(
         "--cache-mb",

@@ -1,7 +1,7 @@
 """The systemd user unit that starts a mount at login: its text and where it goes.
 
-This module owns the unit's content (``pisessfs install-unit`` writes it; the README's "Mount
-it every day" shows it) and the quoting of its command lines. Writing the file and the user's
+This module owns the unit's content (``pisessfs install-unit`` writes it; docs/guide.md,
+"Mount it at login", shows it) and the quoting of its command lines. Writing the file and the user's
 messages belong to ``cli``.
 """
 

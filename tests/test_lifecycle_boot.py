@@ -102,7 +102,7 @@ grep -qF " $(printf %s "$mnt" | sed 's/ /\\040/g') " /proc/self/mountinfo && ech
 
 
 def fstab_line(sessions: Path, mnt: Path, legacy: bool = False) -> str:
-    """The README's lines (fstab writes a space as \\040)."""
+    """The guide's lines (docs/guide.md; fstab writes a space as \\040)."""
     m = str(mnt).replace(" ", "\\040")
     if legacy:
         return f"{SCRIPT}#{sessions} {m} fuse noauto,user 0 0\n"

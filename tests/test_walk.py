@@ -274,7 +274,7 @@ def test_a_repeated_walk_asks_for_no_listing_and_no_flush(sessions: Path) -> Non
     """With the patched pyfuse3 (patches/pyfuse3-3.5.0-walks.patch), a walk closes its
     files without a flush, the kernel opens folders without asking (one opendir ever,
     answered ENOSYS), and a walk again over unchanged sessions is served its listings and
-    link targets from the kernel's cache (README, "Performance"). A listing that changes
+    link targets from the kernel's cache (docs/performance.md). A listing that changes
     is asked for again: a new session in a project, a new leaf in a session."""
     need_open_flags()
     with mounted(sessions, "--debug") as m:
