@@ -537,11 +537,14 @@ class View:
         last = s.index.files_on_path(key.eid)
         num = int(m.group(1)) if m else 0
         nid = s.index.numbered_at(key.eid, num) if 1 <= num <= last else None
-        if nid is None:
+        # A path that grows past 9,999 files numbers them with more digits (00001-user.md),
+        # and the narrower names it had still lead there, unlisted: ``current/0001-user.md``
+        # keeps resolving while the session Pi writes grows.
+        width = len(m.group(1)) if m else 0
+        if nid is None or width > render.number_width(last):
             raise NotFound(name)
         e = s.index.by_id[nid]
         kind = e.kind or "message"
-        width = render.number_width(last)
         found = Key("msg", key.path, s.epoch, nid)
         if name == render.file_name(num, width, kind):
             return found

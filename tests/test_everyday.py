@@ -477,3 +477,38 @@ def test_every_entry_id_that_is_a_name_resolves_under_nodes(sessions: Path, tmp_
         for leaf in ("-leaf", "x.md"):
             assert os.getxattr(s / "leaves" / leaf, "user.pi.id").decode() == leaf
         assert sh("ls nodes/-rf/ && cat nodes/..12/*-user.md", s).returncode == 0
+
+
+# -- 7. a fast-growing session ------------------------------------------------------------------
+
+
+def test_paths_that_existed_keep_resolving_when_a_branch_passes_9999_files(
+    sessions: Path,
+) -> None:
+    """A session Pi writes fast grows past 9,999 entries on one branch: its files are then
+    numbered with five digits (00001-user.md), and ``current/0001-user.md``, which a reader
+    held as a path all along, still leads to the same message (unlisted)."""
+    real = sessions / "--long--" / "long.jsonl"
+    real.parent.mkdir()
+    header = {"type": "session", "version": 3, "id": "l1", "cwd": "/l"}
+    header["timestamp"] = "2026-03-05T08:47:12.004Z"
+    lines = [json.dumps(header).encode() + b"\n"]
+    parent: str | None = None
+    for i in range(9990):
+        lines.append(pi_line(f"{i:08x}", parent, f"m{i}"))
+        parent = f"{i:08x}"
+    real.write_bytes(b"".join(lines))
+    with mounted(sessions) as m:
+        cur = m.path / "long" / "long" / "current"
+        assert (cur / "0001-user.md").read_text() == "m0\n"
+        with real.open("ab") as f:
+            for i in range(9990, 10010):
+                f.write(pi_line(f"{i:08x}", parent, f"m{i}"))
+                parent = f"{i:08x}"
+        wait_for(lambda: os.readlink(cur).startswith("leaves/0000271"), 10, "the new leaf")
+        listed = sorted(os.listdir(cur))
+        assert listed[0] == "00001-user.md" and len(listed) == 10010
+        assert (cur / "0001-user.md").read_text() == "m0\n"  # (the name it had)
+        ids = {os.getxattr(cur / n, "user.pi.id") for n in ("0001-user.md", "00001-user.md")}
+        assert ids == {b"00000000"}
+        assert not (cur / "000001-user.md").exists()  # (never a name there)
