@@ -1088,12 +1088,14 @@ class Watcher(threading.Thread):
 
 class Looper(threading.Thread):
     """Reads paths of the growing session that exist all along, in a loop (tree.txt,
-    session.json, conversation.md, the first entry's folder, file and leaf link); keeps times
-    and errors (ENOENT and ESTALE included: none of them may fail)."""
+    session.json, conversation.md, the first entry's folder, file and leaf link, the first
+    message through ``current``); keeps times and errors (ENOENT and ESTALE included: none
+    of them may fail)."""
 
     def __init__(self, folder: Path, first: str) -> None:
         super().__init__(daemon=True)
         files = ["tree.txt", "session.json", "conversation.md", f"nodes/{first}.md"]
+        files.append("current/0001-user.md")  # (past 9,999 entries it is 00001-user.md too)
         folders = [f"nodes/{first}", f"leaves/{first}"]
         self.reads: list[tuple[Path, Callable[[Path], object]]] = [
             (folder / f, read_file) for f in files
