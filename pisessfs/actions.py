@@ -41,6 +41,7 @@ from typing import Any
 import orjson
 
 from . import writer
+from .kind import Kind
 from .model import js_trim
 from .sessions import Loaded
 from .view import ROOT_INO, Key, View
@@ -54,7 +55,7 @@ LABEL = "user.pi.label"
 VALUE_CAP = 4096
 #: How long a move to the trash may take before it is given up (a rename: milliseconds).
 TRASH_TIMEOUT = 60.0
-_SESSION_KINDS = frozenset({"sess", "leaves", "nodes", "edir"})
+_SESSION_KINDS = frozenset({Kind.SESSION, Kind.LEAVES, Kind.NODES, Kind.ENTRY})
 
 
 class Unsupported(Exception):
@@ -152,10 +153,10 @@ class Actions:
         if name not in (NAME, LABEL):
             raise Unsupported(name)
         key = self.view.key(ino)
-        if name == NAME and key.kind != "sess":
+        if name == NAME and key.kind != Kind.SESSION:
             log.warning("%s refused (ENOTSUP): only a session folder has a name", name)
             raise Unsupported(name)
-        if name == LABEL and key.kind not in ("edir", "msg"):
+        if name == LABEL and key.kind not in (Kind.ENTRY, Kind.MESSAGE):
             log.warning("%s refused (ENOTSUP): only messages and entry folders have one", name)
             raise Unsupported(name)
         return key
@@ -208,11 +209,11 @@ class Actions:
         open, as ``rm -r`` (fts), ``find -delete`` and ``shutil.rmtree`` do while they empty
         a folder. A single ``rm FILE`` holds no folder open."""
         key = self.view.key(parent)
-        if key.kind == "proj":  # rm -r PROJECT: its latest link is no session's, it stays
+        if key.kind == Kind.PROJECT:  # rm -r PROJECT: its latest link is no session's, it stays
             return self.walks.holds(pid, parent)
         if key.kind not in _SESSION_KINDS:
             return False
-        sess = self.view.known(Key("sess", key.path))
+        sess = self.view.known(Key(Kind.SESSION, key.path))
         return sess is not None and self.walks.holds(pid, sess) and self.walks.holds(pid, parent)
 
     def keep(self, parent: int, name: str, pid: int) -> None:
@@ -251,7 +252,7 @@ class Actions:
     def session_named(self, parent: int, name: str) -> str | None:
         """The session file whose folder is ``name`` in ``parent``, if it is one."""
         key = self.view.key(self.view.resolve(parent, name))
-        return key.path if key.kind == "sess" else None
+        return key.path if key.kind == Kind.SESSION else None
 
     def check_trash(self, s: Loaded, writing: bool) -> None:
         """Refuse (one log line) what may not be trashed: a session Pi would not append to
@@ -275,7 +276,7 @@ class Actions:
             del view.overlays[folder]  # scratch files of its folders went with it
         view.changed_session(path)
         up = os.path.dirname(path)
-        ino = ROOT_INO if up == view.store.root else view.known(Key("proj", up))
+        ino = ROOT_INO if up == view.store.root else view.known(Key(Kind.PROJECT, up))
         if ino is not None:
             view.changed_inode(ino)
 

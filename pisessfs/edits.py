@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import render, writer
+from .kind import Kind
 from .scratch import Binding, Node, binds_message
 from .sessions import Loaded
 from .view import Attr, CrossFolder, Denied, Exists, Invalid, Key, NotFound, NotPermitted, View
@@ -120,7 +121,7 @@ class Editor:
 
     def _entry_folder(self, parent: int, what: str) -> Key:
         folder = self.view.key(parent)
-        if folder.kind != "edir":
+        if folder.kind != Kind.ENTRY:
             log.warning("%s refused (EACCES): new files go in a leaf or node folder", what)
             raise Denied(what)
         return folder
@@ -142,7 +143,7 @@ class Editor:
         return self.view.child_key(self.view.ino(folder), name)
 
     def _edit_binding(self, s: Loaded, key: Key) -> Binding:
-        if key.kind != "msg" or key.k != 0:
+        if key.kind != Kind.MESSAGE or key.k != 0:
             raise Denied(f"{key.kind} is not a message file")
         e = s.index.by_id.get(key.eid)
         if e is None or e.kind != "user":
@@ -166,7 +167,7 @@ class Editor:
         key = self.view.key(ino)
         writing = bool(flags & _WRITE_FLAGS)
         append = bool(flags & os.O_APPEND)
-        if key.kind == "scratch":
+        if key.kind == Kind.SCRATCH:
             node = self.view.nodes[ino]
             if writing and flags & os.O_TRUNC:
                 node.truncate(0)
@@ -174,7 +175,7 @@ class Editor:
             return True
         if not writing:
             return False
-        if key.kind != "msg":
+        if key.kind != Kind.MESSAGE:
             log.warning("write to %s refused (EACCES): not a message file", key.kind)
             raise Denied(key.kind)
         binding = self._edit_binding(self.view.session(key), key)
@@ -409,13 +410,13 @@ class Editor:
         resume = s.index.resume
         if resume is None:
             return None
-        return Key("edir", s.path, s.epoch, resume)
+        return Key(Kind.ENTRY, s.path, s.epoch, resume)
 
     def finish(self, job: Job) -> None:
         """After the line is in the file: re-read it, move names, queue invalidations."""
         s = self.view.state(job.binding.path)
         new = job.pending.entry_id
-        new_folder = Key("edir", s.path, s.epoch, new)
+        new_folder = Key(Kind.ENTRY, s.path, s.epoch, new)
         binding = job.binding
         log.info("%s: appended user message %s under %s", s.path, new, binding.parent_id)
         for h in self.handles.values():
@@ -539,7 +540,7 @@ class Editor:
             raise Exists(new)
         if isinstance(target, Key) or self._whited_out(dst, new):
             return self._save_over(src, old, dst, new, node)
-        if dst.kind != "edir":
+        if dst.kind != Kind.ENTRY:
             raise Denied(f"rename into {dst.kind}")
         if node.binding is not None and node.binding.alias and ov is not None:
             if binds_message(new) and dst == src:
@@ -551,7 +552,12 @@ class Editor:
             ov.reserved[old] = node.binding  # vim moves a saved file aside, then re-creates it
             node.binding = None  # what moved is a backup copy now
         self.view.unlink(node, src, old)
-        if target is None and dst.kind == "edir" and binds_message(new) and node.binding is None:
+        if (
+            target is None
+            and dst.kind == Kind.ENTRY
+            and binds_message(new)
+            and node.binding is None
+        ):
             s = self.view.session(dst)
             node.binding = Binding(s.path, s.epoch, dst.eid, None, b"")
             self.view.link(node, dst, new)
@@ -591,8 +597,8 @@ class Editor:
         if ov is not None and old in ov.whiteouts:
             raise NotFound(old)
         key = self.view.child_key(p_old, old)
-        s = self.view.session(src) if src.kind == "edir" else None
-        e = s.index.by_id.get(key.eid) if s is not None and key.kind == "msg" else None
+        s = self.view.session(src) if src.kind == Kind.ENTRY else None
+        e = s.index.by_id.get(key.eid) if s is not None and key.kind == Kind.MESSAGE else None
         if e is None or e.kind != "user" or key.k != 0:
             log.warning("rename of %s refused (EPERM): sessions are append-only", old)
             raise NotPermitted(old)

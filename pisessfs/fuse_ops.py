@@ -29,6 +29,7 @@ from .actions import Actions, Change
 from .appender import write_whole
 from .edits import Editor, Job
 from .handles import OpenFiles
+from .invalidator import Invalidator
 from .sessions import YIELD, Unreadable
 
 log = logging.getLogger(__name__)
@@ -68,28 +69,6 @@ ERRNO: dict[type[Exception], int] = {
 IMMUTABLE_TIMEOUT = 3600.0
 WATCHED_TIMEOUT = 600.0
 MUTABLE_TIMEOUT = 10.0
-#: How long a save through the mount waits for the kernel to drop what it changed
-#: (``Operations.settled``): an invalidation takes well under a millisecond; one that hangs
-#: must not hang the editor's close().
-SETTLE_TIMEOUT = 2.0
-INVALIDATE_BATCH = 64  # invalidations at most per trip to a worker thread
-#: ``--warm`` renders the next session only after this long without a request: a walk or an
-#: editor the user runs meanwhile goes first.
-WARM_QUIET = 0.2
-UNSETTLED = "a save answered before the kernel dropped what it changed"  # (tests look for it)
-
-
-def _invalidate(batch: list[tuple[int, str | None]]) -> None:
-    """Tell the kernel to drop each item's cache (in a worker thread, see ``invalidator``):
-    an inode's attributes (name None), with its pages (``PAGES``), or a name in a folder."""
-    for ino, name in batch:
-        try:
-            if name is None or name == v.PAGES:
-                pyfuse3.invalidate_inode(ino, name is None)
-            else:
-                pyfuse3.invalidate_entry(ino, os.fsencode(name))
-        except OSError as err:  # the kernel had forgotten it, or the mount is going
-            log.debug("invalidate %d %r: %s", ino, name, err)
 
 
 def _open_flags() -> bool:
@@ -234,13 +213,9 @@ class Operations(pyfuse3.Operations):
         #: whether the live view sees every change (then the kernel keeps answers longer)
         self.watched: Callable[[], bool] = lambda: False
         self._locks: dict[str, trio.Lock] = {}
-        self._send, self._recv = trio.open_memory_channel[tuple[int, str | None]](10_000)
         self._fh = itertools.count(1)
-        self._full_said = -60.0  # when "invalidation queue full" was last logged
-        self._queued: set[tuple[int, str | None]] = set()  # sent, not yet done
-        self._sent = 0  # invalidations sent to the invalidator, ever
-        self._done = 0  # of those, how many it has finished
-        self._settling = trio.lowlevel.ParkingLot()  # saves waiting for theirs (settled)
+        #: what the kernel is told to drop (``drain``), and saves wait for (``settled``)
+        self.invalidator = Invalidator(view, self._dropped)
         self._dirs: dict[int, list[tuple[str, v.Attr]]] = {}  # handle -> listing
         self._listings: dict[int, list[tuple[str, v.Attr]]] = {}  # (NO_OPENDIR) inode -> one
         self._files = OpenFiles()  # read handles: what each one reads
@@ -250,7 +225,6 @@ class Operations(pyfuse3.Operations):
         # Folders a recursive removal was told it removed (they stay): the kernel marked its
         # inode dead, so the folder comes back under a new generation, as a new inode.
         self._generation: dict[int, int] = {}
-        self.warming = ""  # where ``--warm`` is, for ``pisessfs status`` ("": not asked for)
 
     async def _ready(self, ino: int, attr_only: bool = False, listing: bool = False) -> None:
         """Bring what ``ino`` shows up to date without holding up other requests."""
@@ -414,131 +388,15 @@ class Operations(pyfuse3.Operations):
             log.debug("opendir: ENOSYS, the kernel lists folders from its cache from now on")
             raise pyfuse3.FUSEError(errno.ENOSYS)
         fh = next(self._fh)
-        self._dirs[fh] = await self._listing(inode)
+        self._dirs[fh] = await self.listing(inode)
         return fh
 
-    async def _listing(self, inode: int) -> list[tuple[str, v.Attr]]:
+    async def listing(self, inode: int) -> list[tuple[str, v.Attr]]:
         listing = self.view.kept_listing(inode)
         if listing is None:
             await self._ready(inode, listing=True)
             listing = self.view.children(inode)
         return listing
-
-    async def warm(self) -> None:
-        """``--warm``: list every session folder as a walk would, newest first, whenever no
-        request came for :data:`WARM_QUIET`.
-
-        Listing a session folder renders its files off the loop, and a session the cache
-        drops later leaves its answers and its files (``View.later``, the shelf): the first
-        walk is then answered like a repeated one. Without the disk cache it stops when the
-        cache is full (``Store.warm_room``). With it, it indexes every session instead: a
-        session the cache holds as its file is now is skipped, every other one is rendered,
-        saved there and dropped from memory at once (its answers are kept, its files read
-        from the entry), so a first mount's first walk, and every later mount's, parses
-        nothing. It never ends the mount: a failure here ends the warm-up, with a line in
-        the log."""
-        start, done, had, store = time.monotonic(), 0, 0, self.view.store
-        cache = self.view.disk
-        self.warming = "listing the sessions"
-        try:
-            order = await self._warm_order()
-            for at, key in enumerate(order):
-                in_cache = f", {had} were in the disk cache" if cache is not None else ""
-                self.warming = f"at {at} of {len(order)} sessions ({done} rendered{in_cache})"
-                while time.monotonic() - Asked.last < WARM_QUIET or store.shelf.busy():
-                    # (the shelf refuses what comes faster than it packs: those would be lost)
-                    await trio.sleep(0.01 if store.shelf.busy() else WARM_QUIET)
-                indexing = cache is not None and cache.on  # (a cache folder gone: as without)
-                if not indexing and not store.warm_room():
-                    self.warming = f"the cache is full after {done} sessions"
-                    log.info("warm-up: %s", self.warming)
-                    break
-                made = await self._warm_one(key, indexing)
-                had, done = had + (made is None), done + bool(made)
-            else:
-                took = time.monotonic() - start
-                held = f" ({had} were in the disk cache)" if cache is not None else ""
-                rendered = "1 session" if done == 1 else f"{done} sessions"
-                self.warming = f"done: {rendered} rendered in {took:.1f} s{held}"
-                log.info("warm-up: %s", self.warming[len("done: ") :])
-            await trio.sleep(store.min_idle)  # then what is past the cap goes (no request will)
-            await self._drop_paced(0, store.min_idle)
-        except Exception:
-            self.warming = f"failed after {done} sessions (see the log)"
-            log.exception("warm-up failed after %d sessions (the mount goes on)", done)
-
-    async def _warm_one(self, key: v.Key, indexing: bool) -> bool | None:
-        """Render session ``key`` for the warm-up: True when it did, False when it could not
-        (gone, unreadable), None when it need not (``indexing``: the disk cache holds it as
-        its file is now). Indexing, a session rendered is saved and dropped from memory at
-        once: on disk, it answers a walk from there (held parsed, a big conversation.md made
-        its parts again for a cold read: a walk of 1 GB took 13 s against 9 s), and memory
-        stays low."""
-        store = self.view.store
-        if indexing and await trio.to_thread.run_sync(self.view.on_disk, key.path):
-            return None
-        await self._make_room(key.path)
-        try:
-            await self._list_below(self.view.ino(key))  # (numbered again if swept)
-        except (v.ViewError, Unreadable, OSError) as err:  # gone, unreadable: skip it
-            log.debug("warm-up: %s: %s", key.path, err)
-            return False
-        if indexing and await trio.to_thread.run_sync(self.view.save_one, key.path):
-            leaving = await trio.to_thread.run_sync(store.leaving, key.path)
-            if leaving is not None:
-                store.let_go(leaving)
-        return True
-
-    async def _make_room(self, path: str) -> None:
-        """Drop sessions the warm-up parsed until session ``path`` fits under the cap (about
-        twice its file's size, with its renders): left to the request that parses it, a big
-        session dropped hundreds at once, more than the shelf takes. Any not used for
-        :data:`WARM_QUIET` may go: no request came meanwhile."""
-        store = self.view.store
-        try:
-            size = store.files.lstat(path).st_size
-        except OSError:
-            return
-        await self._drop_paced(min(2 * size, store.cache_bytes), WARM_QUIET)
-
-    async def _drop_paced(self, room: int, idle: float) -> None:
-        """Drop sessions not used for ``idle`` seconds until ``room`` bytes fit under the
-        cap, one at a time, each once the shelf packed the one before (it refuses what
-        comes faster: those were parsed again by the next walk).
-
-        A session dropped makes its kept answers on the way out, in a thread: one drop after
-        another on the loop held browsing up (p90 288 ms, 28 ms so). What it names in the
-        view's inode table, it names under the table's lock (``View.ino``). The state goes
-        on the loop, between requests: dropped by the thread, it went in the middle of an
-        answer that was reading it (EIO)."""
-        store = self.view.store
-        while (leaving := await trio.to_thread.run_sync(store.leave, room, idle)) is not None:
-            store.let_go(leaving)  # (one used meanwhile stays: the next is not used as late)
-            while store.shelf.busy():
-                await trio.sleep(0.01)
-
-    async def _list_below(self, ino: int) -> None:
-        """List folder ``ino`` and every folder below it, not following links, as ``grep -r``
-        does (a session's ``leaves/`` and ``nodes/`` too: their listings are kept with it)."""
-        for _, a in await self._listing(ino):
-            if stat.S_ISDIR(a.mode):
-                await self._list_below(a.ino)
-
-    async def _warm_order(self) -> list[v.Key]:
-        """Every session folder, the most recently changed first (what ``ls`` of the root
-        and of each project folder lists)."""
-        found: list[tuple[int, v.Key]] = []
-        for _, a in await self._listing(v.ROOT_INO):
-            if a.key.kind == "proj":
-                try:
-                    listed = await self._listing(self.view.ino(a.key))
-                except (v.ViewError, Unreadable, OSError):
-                    continue
-                found += [(b.mtime_ns, b.key) for _, b in listed if b.key.kind == "sess"]
-            elif a.key.kind == "sess":
-                found.append((a.mtime_ns, a.key))
-        found.sort(key=lambda item: item[0], reverse=True)
-        return [key for _, key in found]
 
     @handler
     async def readdir(self, fh: int, start_id: int, token: Any) -> None:
@@ -558,7 +416,7 @@ class Operations(pyfuse3.Operations):
         so one listing's entries and offsets agree."""
         listing = self._kept_continued(ino, start)
         if listing is None:
-            listing = self._going_on(ino, start, await self._listing(ino))
+            listing = self._going_on(ino, start, await self.listing(ino))
         return listing
 
     def _kept_continued(self, ino: int, start: int) -> list[tuple[str, v.Attr]] | None:
@@ -892,62 +750,12 @@ class Operations(pyfuse3.Operations):
         await self.settled()
 
     def drain(self) -> None:
-        """Queue the kernel invalidations the core asked for (never done inside a handler)."""
-        queue = self.view.invalidations
-        while queue:
-            item = queue.popleft()
-            if item[1] is None or item[1] == v.PAGES:
-                self._dropped(item[0])  # (its pages go, or its size changed)
-            if item in self._queued:
-                continue  # already on its way: a burst of appends asks for the same ones
-            try:
-                self._send.send_nowait(item)
-                self._queued.add(item)
-                self._sent += 1
-            except trio.WouldBlock:
-                now = time.monotonic()
-                if now - self._full_said > 60:  # once a minute: a burst fills it many times
-                    self._full_said = now
-                    log.warning("invalidation queue full: the kernel may serve stale data briefly")
-                queue.clear()
-
-    async def invalidator(self) -> None:
-        """Drops kernel caches the core says changed; runs beside ``pyfuse3.main``.
-
-        Each call runs in a worker thread: the kernel may wait for requests in flight on the
-        same node before it answers, and those need the event loop to be free (calling it
-        from a handler deadlocks the mount, fuse-notes.md §1.9). Mostly only attributes are
-        dropped: files whose bytes change are read around the page cache (direct_io), except
-        tree.txt and session.json opened from kept answers (``View.later``), whose pages go
-        too (``PAGES``); a read of them in flight is answered by the free loop meanwhile.
-        """
-        async for item in self._recv:
-            batch = [item]  # what is queued by now, in one trip to a thread (a save's ten)
-            while len(batch) < INVALIDATE_BATCH:
-                try:
-                    batch.append(self._recv.receive_nowait())
-                except trio.WouldBlock:
-                    break
-            self._queued.difference_update(batch)  # a change from now on asks again
-            await trio.to_thread.run_sync(_invalidate, batch)
-            self._done += len(batch)
-            self._settling.unpark_all()
+        """Queue the kernel invalidations the core asked for (``Invalidator.drain``)."""
+        self.invalidator.drain()
 
     async def settled(self) -> None:
-        """Wait until the kernel has dropped what was queued so far (``drain``), for at most
-        ``SETTLE_TIMEOUT``.
-
-        A save through the mount answers only then: the kernel keeps ``current``'s target,
-        and the program that saved may walk that path again at once (``echo > current/n.md``
-        twice must find the ``n.md`` it saved, in the leaf ``current`` now leads to). The
-        invalidator is another task; without the wait, the reply won the race."""
-        target = self._sent
-        with trio.move_on_after(SETTLE_TIMEOUT):
-            while self._done < target:
-                await self._settling.park()
-        if self._done < target:  # a stall of the saving program: what held the kernel?
-            late = target - self._done
-            log.warning("%s: %d invalidations not done in %.0f s", UNSETTLED, late, SETTLE_TIMEOUT)
+        """Wait until the kernel dropped what was queued so far (``Invalidator.settled``)."""
+        await self.invalidator.settled()
 
     @handler
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from .errors import IsADir, NotADir, NotALink, NotFound
 from .handles import Snapshot
+from .kind import Kind
 from .names import VIEW_SUFFIX, id_name, utf8
 from .render import message_of
 from .sessions import Loaded, SessionFile, Work
@@ -63,7 +64,7 @@ class Growth(enum.Enum):
 class NodeKind:
     """Default behaviour: a node with nothing in it. Subclasses set ``fmt`` and override."""
 
-    name: ClassVar[str]
+    name: ClassVar[Kind]
     fmt: ClassVar[int] = stat.S_IFREG
     #: its bytes and attributes never change (the kernel may cache them for long)
     immutable: ClassVar[bool] = False
@@ -150,7 +151,7 @@ HEADS_INLINE = 8  # new session files whose heads are read on the loop; more: in
 class Root(NodeKind):
     """The sessions root: project folders, and flat session files as sessions."""
 
-    name = "root"
+    name = Kind.ROOT
     fmt = stat.S_IFDIR
     sessionless = True
 
@@ -178,7 +179,7 @@ class Root(NodeKind):
 class Project(Root):
     """A project: its sessions, named for people, and ``latest``."""
 
-    name = "proj"
+    name = Kind.PROJECT
 
     def child(self, v: View, key: Key, name: str) -> Key:
         try:
@@ -186,7 +187,7 @@ class Project(Root):
         except NotFound:
             if name != LATEST:
                 raise
-            return key._replace(kind="latest")  # (ENOENT from its target when none is)
+            return key._replace(kind=Kind.LATEST)  # (ENOENT from its target when none is)
 
     def xattrs(self, v: View, key: Key) -> dict[str, bytes]:
         cwd = v.store.cwd_of(key.path)
@@ -196,7 +197,7 @@ class Project(Root):
         items = v.store.sessions_in(key.path)
         out = [(i.name, v.item_key(i)) for i in items]
         if items and all(i.name != LATEST for i in items):
-            out.insert(0, (LATEST, key._replace(kind="latest")))
+            out.insert(0, (LATEST, key._replace(kind=Kind.LATEST)))
         return out
 
 
@@ -205,21 +206,21 @@ LATEST = "latest"
 
 #: A session folder's listed names and their kinds, in listing order.
 SESSION_NAMES = {
-    "conversation.md": "conv",
-    "current": "current",
-    "current.md": "current.md",
-    "leaves": "leaves",
-    "nodes": "nodes",
-    "parent": "parent",
-    "tree.txt": "tree",
-    "session.json": "json",
-    "session.jsonl": "rawlink",
+    "conversation.md": Kind.CONVERSATION,
+    "current": Kind.CURRENT,
+    "current.md": Kind.CURRENT_VIEW,
+    "leaves": Kind.LEAVES,
+    "nodes": Kind.NODES,
+    "parent": Kind.PARENT,
+    "tree.txt": Kind.TREE,
+    "session.json": Kind.JSON,
+    "session.jsonl": Kind.RAW_LINK,
 }
-_NEEDS_RESUME = frozenset({"current", "current.md"})
+_NEEDS_RESUME = frozenset({Kind.CURRENT, Kind.CURRENT_VIEW})
 
 
 class Session(NodeKind):
-    name = "sess"
+    name = Kind.SESSION
     fmt = stat.S_IFDIR
     unparsed = True  # its attributes: the file's stat
     kept = True
@@ -230,7 +231,7 @@ class Session(NodeKind):
         return name.startswith(".") and name != RAW
 
     def child(self, v: View, key: Key, name: str) -> Key:
-        kind = SESSION_NAMES.get(name) or ("jsonl" if name == RAW else None)
+        kind = SESSION_NAMES.get(name) or (Kind.RAW if name == RAW else None)
         if kind is None:
             raise NotFound(name)
         if not self._shown(v, v.session(key), kind):
@@ -248,7 +249,7 @@ class Session(NodeKind):
     def _shown(self, v: View, s: Loaded, kind: str) -> bool:
         if kind in _NEEDS_RESUME:
             return s.index.resume is not None
-        return kind != "parent" or parent_of(v, s) is not None
+        return kind != Kind.PARENT or parent_of(v, s) is not None
 
     def attr(self, v: View, ino: int, key: Key) -> Attr:
         # From the file's stat alone, and one unreadable session fails only when entered.
@@ -299,7 +300,7 @@ class _IdFolder(NodeKind):
 class Leaves(_IdFolder):
     """One folder link and one file link per listed leaf; every entry id resolves."""
 
-    name = "leaves"
+    name = Kind.LEAVES
     fmt = stat.S_IFDIR
     kept = True
     grows = Growth.PAGES  # a new leaf, or one that is no longer
@@ -309,34 +310,34 @@ class Leaves(_IdFolder):
         if name.endswith(VIEW_SUFFIX):
             with contextlib.suppress(NotFound):  # (else an id ending in .md itself)
                 eid = v.leaf_by_name(s, name[: -len(VIEW_SUFFIX)])
-                return key._replace(kind="leaf.md", epoch=s.epoch, eid=eid)
-        return key._replace(kind="leaf", epoch=s.epoch, eid=v.leaf_by_name(s, name))
+                return key._replace(kind=Kind.LEAF_VIEW, epoch=s.epoch, eid=eid)
+        return key._replace(kind=Kind.LEAF, epoch=s.epoch, eid=v.leaf_by_name(s, name))
 
     def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
         s = v.session(key)
         out: list[tuple[str, Key]] = []
         for leaf in v.listed(s):
             name = v.folder_name(s, leaf)
-            link = key._replace(kind="leaf", epoch=s.epoch, eid=leaf)
-            out += [(name, link), (name + VIEW_SUFFIX, link._replace(kind="leaf.md"))]
+            link = key._replace(kind=Kind.LEAF, epoch=s.epoch, eid=leaf)
+            out += [(name, link), (name + VIEW_SUFFIX, link._replace(kind=Kind.LEAF_VIEW))]
         return out
 
 
 class Nodes(_IdFolder):
     """Lists nothing; ``<id>`` is the entry's folder, ``<id>.md`` its path as one file."""
 
-    name = "nodes"
+    name = Kind.NODES
     fmt = stat.S_IFDIR
     kept = True
     grows = Growth.ATTRS  # it lists nothing; its times follow the file
 
     def child(self, v: View, key: Key, name: str) -> Key:
         s = v.session(key)
-        kind, eid = "edir", None
+        kind, eid = Kind.ENTRY, None
         if name.endswith(VIEW_SUFFIX):
-            kind, eid = "branch", v.id_named(s, name[: -len(VIEW_SUFFIX)])
+            kind, eid = Kind.BRANCH, v.id_named(s, name[: -len(VIEW_SUFFIX)])
         if eid is None:  # (an id ending in .md itself: its folder, when no view is)
-            kind, eid = "edir", v.id_named(s, name)
+            kind, eid = Kind.ENTRY, v.id_named(s, name)
         if eid is None:
             raise NotFound(name)
         return key._replace(kind=kind, epoch=s.epoch, eid=eid)
@@ -348,7 +349,7 @@ class Nodes(_IdFolder):
 class EntryFolder(NodeKind):
     """The numbered message files (and images) of the path root→entry."""
 
-    name = "edir"
+    name = Kind.ENTRY
     fmt = stat.S_IFDIR
     immutable = True
 
@@ -374,7 +375,7 @@ class EntryFolder(NodeKind):
 class Message(NodeKind):
     """A numbered message file (``k`` = 0) or its k-th image."""
 
-    name = "msg"
+    name = Kind.MESSAGE
     immutable = True
 
     def attr(self, v: View, ino: int, key: Key) -> Attr:
@@ -404,7 +405,7 @@ class Message(NodeKind):
 class Branch(NodeKind):
     """``nodes/<id>.md``: the path root→entry as one file (never changes)."""
 
-    name = "branch"
+    name = Kind.BRANCH
     immutable = True
 
     def attr(self, v: View, ino: int, key: Key) -> Attr:
@@ -445,17 +446,17 @@ class Whole(NodeKind):
 
 
 class Tree(Whole):
-    name = "tree"
+    name = Kind.TREE
 
 
 class Json(Whole):
-    name = "json"
+    name = Kind.JSON
 
 
 class ConversationFile(Whole):
     """conversation.md: read by range, never made whole (a 100 MB session's is 80 MB)."""
 
-    name = "conv"
+    name = Kind.CONVERSATION
     append_only = True
     grows = Growth.ATTRS  # what the page cache holds of it stays right
 
@@ -475,13 +476,13 @@ class ConversationFile(Whole):
         v.conversation(s)
 
 
-WHOLE_KINDS = ("conv", "tree", "json")
+WHOLE_KINDS = (Kind.CONVERSATION, Kind.TREE, Kind.JSON)
 
 
 class Raw(NodeKind):
     """The real file's bytes, as Pi wrote them (``.session.jsonl``, reached by the link)."""
 
-    name = "jsonl"
+    name = Kind.RAW
     kept = True  # (rg stats it through session.jsonl)
     grows = Growth.ATTRS  # (read around the page cache)
 
@@ -516,7 +517,7 @@ class _Link(NodeKind):
 class Current(_Link):
     """Pi's resume leaf: ``leaves/<leaf>`` (``nodes/<id>`` when it is no leaf)."""
 
-    name = "current"
+    name = Kind.CURRENT
     grows = Growth.PAGES  # the kernel keeps link targets; the resume leaf moves
 
     def path(self, v: View, s: Loaded, key: Key) -> str:
@@ -527,7 +528,7 @@ class Current(_Link):
 
 
 class CurrentView(Current):
-    name = "current.md"
+    name = Kind.CURRENT_VIEW
 
     def path(self, v: View, s: Loaded, key: Key) -> str:
         return super().path(v, s, key) + VIEW_SUFFIX
@@ -536,7 +537,7 @@ class CurrentView(Current):
 class LeafLink(_Link):
     """``leaves/<leaf>`` -> ``../nodes/<id>``: never changes."""
 
-    name = "leaf"
+    name = Kind.LEAF
     immutable = True
     suffix: ClassVar[str] = ""
 
@@ -545,7 +546,7 @@ class LeafLink(_Link):
 
 
 class LeafViewLink(LeafLink):
-    name = "leaf.md"
+    name = Kind.LEAF_VIEW
     suffix = VIEW_SUFFIX
 
 
@@ -563,7 +564,7 @@ class _FreeLink(_Link):
 class Alias(_FreeLink):
     """A session's stem or id in its folder: a link to its name (``eid`` holds the name)."""
 
-    name = "alias"
+    name = Kind.ALIAS
     immutable = True  # names are fixed while mounted
 
     def target(self, v: View, key: Key) -> bytes:
@@ -573,7 +574,7 @@ class Alias(_FreeLink):
 class Latest(_FreeLink):
     """``latest`` in a project: the session whose file changed last."""
 
-    name = "latest"
+    name = Kind.LATEST
 
     def target(self, v: View, key: Key) -> bytes:
         item = v.store.latest(key.path)
@@ -585,7 +586,7 @@ class Latest(_FreeLink):
 class Parent(_Link):
     """``parent``: the session this one was forked from, when it is a session of the mount."""
 
-    name = "parent"  # (a dropped fork's answers hold with the link they gave: ``Fork``)
+    name = Kind.PARENT  # (a dropped fork's answers hold with the link they gave: ``Fork``)
     follows_parent = True
 
     def path(self, v: View, s: Loaded, key: Key) -> str:
@@ -689,7 +690,7 @@ class Scratch(NodeKind):
     """An editor's file or link in the scratch layer of an entry folder (``View.nodes``):
     in memory only, never a session's."""
 
-    name = "scratch"
+    name = Kind.SCRATCH
     sessionless = True
 
     def holds(self, v: View, s: Loaded, key: Key) -> bool:
@@ -709,13 +710,13 @@ class Scratch(NodeKind):
 
 
 class RawLink(_Link):
-    name = "rawlink"
+    name = Kind.RAW_LINK
 
     def path(self, v: View, s: Loaded, key: Key) -> str:
         return RAW
 
 
-KINDS: dict[str, NodeKind] = {
+KINDS: dict[Kind, NodeKind] = {
     k.name: k
     for k in (
         Root(), Project(), Session(), Leaves(), Nodes(), EntryFolder(), Message(), Branch(),

@@ -33,6 +33,7 @@ from .disk import DiskCache, code_mark
 from .fuse_ops import OPEN_FLAGS, Asked, Operations
 from .sessions import MIN_IDLE, Store, Unreadable
 from .view import View
+from .warmup import WarmUp
 from .watch import Watcher
 from .watchdog import Guard
 from .watchdog import start as start_watchdog
@@ -65,7 +66,7 @@ class MountOptions:
     max_message_bytes: int = 8 << 20
     log_file: str | None = None  # where the watchdog logs; None: the inherited stderr
     flags: frozenset[str] = frozenset()  # kernel mount flags asked for: nosuid, nodev, noexec
-    warm: bool = False  # render every session in the background (Operations.warm)
+    warm: bool = False  # render every session in the background (``warmup``)
     disk_cache: str | None = None  # the folder of the disk cache (``disk``); None: none
     disk_cache_mb: int = 4096
 
@@ -98,6 +99,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
     ops = Operations(view, read_only=opts.read_only, cap=opts.max_message_bytes, put=appender.put)
     watcher = Watcher(store, view)
     ops.watched = lambda: not watcher.blind
+    warmup = WarmUp(ops)
     # Block the signals until the loop runs: a SIGINT between init and main would otherwise
     # leave the mount behind (s3ql's lesson).
     blocked = {signal.SIGINT, signal.SIGTERM}
@@ -130,7 +132,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
             parsed=lambda: _parsed(store),
             shelved=lambda: (len(store.shelf), store.shelf.bytes),
             disk=lambda: _on_disk(cache),
-            warm=lambda: ops.warming,
+            warm=lambda: warmup.state,
             requests=lambda: (Asked.requests, Asked.at_once),
             shown=lambda: _shown(store, cache),
             refused=lambda: refusals.last,
@@ -141,7 +143,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
             ready()
         # The signals stay blocked after the loop (_stop_on): a late SIGINT/SIGTERM (systemd's,
         # after its ExecStop unmounted) stays pending until the exit.
-        trio.run(_serve, ops, watcher, blocked, state, opts.warm)
+        trio.run(_serve, ops, watcher, blocked, state, warmup if opts.warm else None)
         clean = True
     finally:
         if state is not None:
@@ -263,16 +265,16 @@ async def _serve(
     watcher: Watcher,
     blocked: set[signal.Signals],
     state: status.Writer,
-    warm: bool,
+    warmup: WarmUp | None,
 ) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(_stop_on, blocked)
-        nursery.start_soon(ops.invalidator)
+        nursery.start_soon(ops.invalidator.run)
         nursery.start_soon(_watch, watcher, ops)
         nursery.start_soon(_refresh, state)
         nursery.start_soon(_trim, ops.view)
-        if warm:
-            nursery.start_soon(ops.warm)
+        if warmup is not None:
+            nursery.start_soon(warmup.run)
         await pyfuse3.main(min_tasks=READERS_KEPT)
         nursery.cancel_scope.cancel()
 

@@ -40,6 +40,7 @@ from .files import Entry as FileEntry
 from .files import Files, Unreadable
 from .heads import Head, private, read_head
 from .jsonl import Parser, Stats, decode_line
+from .kind import Kind
 from .model import Entry, Problem
 from .shelf import SHARE, Shelf
 from .tree import Index, NeedsRebuild
@@ -54,8 +55,8 @@ _AHEAD = threading.local()  # the last block read ahead by this thread: file, st
 #: Bytes per item of the per-entry memos (an estimate: a dict slot, a key, a short value).
 MEMO_COSTS = {"previews": 250, "branch_sizes": 120, "folder": 150}
 LISTED_NAME_COST = 200  # bytes per name of an entry folder's listing kept in the "files" memo
-RENDERED = ("tree", "json")  # memos of whole-session renderings: (version, bytes, …)
-VERSIONED = (*RENDERED, "conv")  # memos of a rendering of a version: the newest is kept
+RENDERED = (Kind.TREE, Kind.JSON)  # memos of whole-session renderings: (version, bytes, …)
+VERSIONED = (*RENDERED, Kind.CONVERSATION)  # memos of a rendering of a version: newest kept
 _RACY_NS = 100_000_000
 _WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
 # Bytes read and parsed at a time by a whole read: above glibc's largest mmap threshold
@@ -287,8 +288,8 @@ class Loaded:
         the view remembers per entry (tree.txt's previews, branch views' sizes, entry
         folders' listings), at what a dict slot and a short string cost."""
         held = self.size
-        for k in RENDERED:
-            hit = self.memo.get(k)
+        for kind in RENDERED:
+            hit = self.memo.get(kind)
             if hit is not None:
                 held += len(hit[1])
         conv = self.memo.get("conversation")

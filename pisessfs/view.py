@@ -60,7 +60,17 @@ from .errors import (
 )
 from .handles import ConvSnapshot, FileSnapshot, Later, OnDisk, Snapshot, Unshelved
 from .kept import Answers, Kept
-from .layout import KINDS, RAW, WHOLE_KINDS, Fork, Growth, Request, fork_holds, fork_of
+from .kind import Kind
+from .layout import (
+    KINDS,
+    RAW,
+    WHOLE_KINDS,
+    Fork,
+    Growth,
+    Request,
+    fork_holds,
+    fork_of,
+)
 from .model import Entry
 from .names import VIEW_SUFFIX, id_name, name_id, utf8
 from .scratch import Node, Overlay
@@ -126,14 +136,14 @@ CALL_SEARCH = 256  # entries looked at above a tool result for its call (results
 
 
 class Key(NamedTuple):
-    kind: str  # a name of layout.KINDS
+    kind: Kind  # what it is: layout.KINDS has its class
     path: str = ""  # project folder or session file
     epoch: int = 0
     eid: str = ""
     k: int = 0  # 0: the message file, n: its n-th image; a scratch node's serial
 
 
-NO_KEY = Key("none")
+NO_KEY = Key(Kind.NONE)
 
 
 class Attr(NamedTuple):
@@ -185,8 +195,8 @@ class View:
     def __init__(self, store: Store, render_cache_bytes: int = 64 << 20) -> None:
         self.store = store
         self.defer = False  # raise Busy for blocking work (the mount) instead of doing it
-        self._ino: dict[Key, int] = {Key("root"): ROOT_INO}
-        self._keys: dict[int, Key] = {ROOT_INO: Key("root")}
+        self._ino: dict[Key, int] = {Key(Kind.ROOT): ROOT_INO}
+        self._keys: dict[int, Key] = {ROOT_INO: Key(Kind.ROOT)}
         self._held: dict[int, int] = {ROOT_INO: 1}  # inode -> the kernel's lookup count
         self._young: list[int] = []  # named since the last sweep, held or not
         self._old: list[int] = []  # named before it: the next sweep drops the unheld
@@ -355,7 +365,7 @@ class View:
         self,
         sf: SessionFile,
         s: Loaded,
-        kind: str,
+        kind: Kind,
         waited: set[tuple[str, str, int]] | None = None,
     ) -> Work | None:
         """Render a whole-session file of ``s`` unless the rendering of its file as it is
@@ -432,7 +442,7 @@ class View:
     def session_path(self, ino: int) -> str | None:
         """The session file a node of an entry folder belongs to (None for others)."""
         key = self.key(ino)
-        return key.path if key.kind in ("edir", "msg") else None
+        return key.path if key.kind in (Kind.ENTRY, Kind.MESSAGE) else None
 
     def cacheable(self, ino: int, size: int) -> bool:
         """Whether the kernel may keep the node's bytes (``size`` of them, as just read) in its
@@ -545,7 +555,7 @@ class View:
             raise NotFound(name)
         e = s.index.by_id[nid]
         kind = e.kind or "message"
-        found = Key("msg", key.path, s.epoch, nid)
+        found = Key(Kind.MESSAGE, key.path, s.epoch, nid)
         if name == render.file_name(num, width, kind):
             return found
         for k, ext in enumerate(render.image_exts(s.parsed(e)), start=1):
@@ -568,7 +578,7 @@ class View:
         for nid in ids:
             e = s.index.by_id[nid]
             num, kind = s.index.num[nid], e.kind or "message"
-            msg_key = Key("msg", key.path, s.epoch, nid)
+            msg_key = Key(Kind.MESSAGE, key.path, s.epoch, nid)
             out.append((render.file_name(num, width, kind), msg_key))
             for k, (ext, _) in enumerate(self.rendered(s, msg_key)[1], start=1):
                 out.append((render.image_name(num, width, kind, k, ext), msg_key._replace(k=k)))
@@ -617,8 +627,8 @@ class View:
 
     def item_key(self, item: Listing) -> Key:
         if item.alias_of is not None:
-            return Key("alias", item.path, eid=item.alias_of)
-        return Key("sess" if item.is_session else "proj", item.path)
+            return Key(Kind.ALIAS, item.path, eid=item.alias_of)
+        return Key(Kind.SESSION if item.is_session else Kind.PROJECT, item.path)
 
     def children(self, ino: int) -> list[tuple[str, Attr]]:
         """A snapshot of a folder's entries with their attributes (readdirplus)."""
@@ -812,7 +822,7 @@ class View:
                 return onefile.Piece(e, 0, b"", (), *render.context_edit(d, name))
             return onefile.Piece(e, 0, b"", (), render.preview(d), render.note_detail(d))
         num = s.index.num.get(e.id, 0)
-        key = Key("msg", s.path, s.epoch, e.id)
+        key = Key(Kind.MESSAGE, s.path, s.epoch, e.id)
         # (a line whose id a later line took renders as the winner, as the entry folders do)
         body, images = self.rendered(s, key, d if s.index.by_id.get(e.id) is e else None, keep)
         width = render.number_width(num)  # its folder's: the entry is the last file there
@@ -824,7 +834,7 @@ class View:
 
     def branch_text(self, s: Loaded, eid: str) -> bytes:
         """``nodes/<id>.md``: every entry of the path root→``eid``, in order."""
-        key = Key("branch", s.path, s.epoch, eid)
+        key = Key(Kind.BRANCH, s.path, s.epoch, eid)
         hit = self._cached(key, s)
         if hit is not None:
             return hit[0]
@@ -857,7 +867,7 @@ class View:
         if s.size < INLINE_BYTES:
             return None
         if whole:
-            if Key("branch", s.path, s.epoch, eid) in self._cache:
+            if Key(Kind.BRANCH, s.path, s.epoch, eid) in self._cache:
                 return None
             return lambda: self.branch_text(s, eid)
         if eid in s.memo.get("branch_sizes", ()):
@@ -916,7 +926,7 @@ class View:
 
     def conv_size(self, s: Loaded) -> int:
         """conversation.md's size as :meth:`ready` rendered it."""
-        size: int = self._rendering(s, "conv")
+        size: int = self._rendering(s, Kind.CONVERSATION)
         return size
 
     def conv_snapshot(self, s: Loaded, defer: bool | None = None) -> ConvSnapshot:
@@ -941,19 +951,19 @@ class View:
             raise Changed(s.path)
         return data
 
-    def session_text(self, s: Loaded, kind: str) -> bytes:
+    def session_text(self, s: Loaded, kind: Kind) -> bytes:
         """tree.txt or session.json as :meth:`ready` rendered it (an older rendering, all of
         one version, rather than a render here when the file moved on meanwhile)."""
         data: bytes = self._rendering(s, kind)
         return data
 
-    def _rendering(self, s: Loaded, kind: str) -> Any:
+    def _rendering(self, s: Loaded, kind: Kind) -> Any:
         """What the memo of whole-session file ``kind`` holds (rendered here if none)."""
         if kind not in s.memo:
             self._render(s, kind)
         return s.memo[kind][1]
 
-    def _render(self, s: Loaded, kind: str) -> None:
+    def _render(self, s: Loaded, kind: Kind) -> None:
         """Render a whole-session file of ``s`` (blocking in proportion to the session) and
         keep it in its memo with ``s``'s version: tree.txt's and session.json's bytes,
         conversation.md's size (its text is its :class:`~pisessfs.onefile.Conversation`'s).
@@ -963,9 +973,9 @@ class View:
         start = time.monotonic()
         folder_of = lambda eid: self.folder_of(s, eid)  # noqa: E731
         data: bytes | int
-        if kind == "tree":
+        if kind == Kind.TREE:
             data = summary.tree_txt(s, folder_of)
-        elif kind == "conv":
+        elif kind == Kind.CONVERSATION:
             data = self._conversation(s)
         else:
             data = summary.session_json(s, folder_of, set(self.listed(s)))
@@ -1150,15 +1160,15 @@ class View:
                 if stat.S_ISLNK(a.mode) and a.ino not in held.links and held.room():
                     with contextlib.suppress(ViewError):  # (a parent gone meanwhile)
                         held.links[a.ino] = KINDS[a.key.kind].target(self, a.key)
-        wanted = [(Key("sess", s.path), RAW, Key("jsonl", s.path))]
+        wanted = [(Key(Kind.SESSION, s.path), RAW, Key(Kind.RAW, s.path))]
         sizes = s.memo.get("branch_sizes") or {}
         leaves = set(self.listed(s))
         if s.index.resume is not None:
             leaves.add(s.index.resume)
         for leaf in leaves & sizes.keys():
             name = id_name(leaf)
-            for kind, shown in (("branch", name + VIEW_SUFFIX), ("edir", name)):
-                wanted.append((Key("nodes", s.path), shown, Key(kind, s.path, s.epoch, leaf)))
+            for kind, shown in ((Kind.BRANCH, name + VIEW_SUFFIX), (Kind.ENTRY, name)):
+                wanted.append((Key(Kind.NODES, s.path), shown, Key(kind, s.path, s.epoch, leaf)))
         for folder, shown, key in wanted:
             n = self._ino.get(folder)
             if n is not None and held.child(n, shown) is None and held.room():
@@ -1201,7 +1211,7 @@ class View:
 
             parts = conv.parts(made_again if again else None)
             if parts is not None:
-                out["conv"] = (parts, conv.size)
+                out[Kind.CONVERSATION] = (parts, conv.size)
         for kind in RENDERED:  # tree.txt and session.json, when of the file as it is
             hit = s.memo.get(kind)
             if hit is not None and hit[0] == s.version:
@@ -1381,9 +1391,8 @@ class View:
         def node(v: _SavedKey) -> tuple[Key, int]:
             got = nodes.get(v)
             if got is None:
-                kind, eid, n, of_entry = v
-                if kind not in KINDS:
-                    raise ValueError(f"not a node: {v!r}")
+                saved_kind, eid, n, of_entry = v
+                kind = Kind(saved_kind)  # (ValueError for one that is not)
                 k = _new(Key, (kind, path, epoch if of_entry else 0, name(eid), n))
                 got = nodes[v] = (k, ino(k))
             return got
@@ -1486,7 +1495,7 @@ class View:
 
     def new_node(self, mode: int) -> Node:
         self._serial += 1
-        node = Node(self.ino(Key("scratch", k=self._serial)), mode)
+        node = Node(self.ino(Key(Kind.SCRATCH, k=self._serial)), mode)
         self.nodes[node.ino] = node
         return node
 
@@ -1621,7 +1630,7 @@ class View:
         folder, the entry its files end with (its own, or, when it takes no number, like a
         label or a name ending a branch, its nearest numbered ancestor), so a folder and its
         last file carry one label, and ``current`` keeps showing it after a label moved it."""
-        if key.kind == "edir":
+        if key.kind == Kind.ENTRY:
             e = s.index.by_id.get(key.eid)
             if e is not None and e.kind is None:
                 return s.index.anchor.get(key.eid) or key.eid

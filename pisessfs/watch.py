@@ -25,6 +25,7 @@ from .inotify import (
     Event,
     Inotify,
 )
+from .kind import Kind
 from .sessions import Store, project_name
 from .view import ROOT_INO, Key, View
 
@@ -125,11 +126,11 @@ class Watcher:
     def _folder_changed(self, folder: str, stem: str, listing: bool) -> None:
         """A session file changed: its folder's times changed, and its ``listing`` when the
         file came or went (the kernel keeps listings: an append does not drop it)."""
-        ino = ROOT_INO if folder == self.store.root else self.view.known(Key("proj", folder))
+        ino = ROOT_INO if folder == self.store.root else self.view.known(Key(Kind.PROJECT, folder))
         if ino is not None:
             (self.view.changed_contents if listing else self.view.changed_inode)(ino)
             self.view.changed_entry(ino, stem)
-        latest = self.view.known(Key("latest", folder))  # it may lead to this one now
+        latest = self.view.known(Key(Kind.LATEST, folder))  # it may lead to this one now
         if latest is not None:
             self.view.changed_contents(latest)
 
@@ -137,9 +138,9 @@ class Watcher:
         """Events were lost: every folder the kernel may have listed, and every session it
         may have seen (it keeps their answers for minutes), is dropped from its caches."""
         self.view.changed_contents(ROOT_INO)
-        for _, ino in self.view.known_of("proj"):
+        for _, ino in self.view.known_of(Kind.PROJECT):
             self.view.changed_contents(ino)
-        for key, _ in self.view.known_of("sess"):
+        for key, _ in self.view.known_of(Kind.SESSION):
             changed[key.path] = None
         for path in self.store.loaded_paths():
             changed[path] = None

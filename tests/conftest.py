@@ -276,7 +276,7 @@ def _no_stall(m: Mount) -> None:
     """A save, name or label through the mount must not have waited out its bound for the
     kernel: the program that saved stalled (an invalidation waited for a folder the kernel
     held while it waited for the save, as a trash's did)."""
-    from pisessfs.fuse_ops import UNSETTLED
+    from pisessfs.invalidator import UNSETTLED
 
     stalled = [line for line in m.log_text().splitlines() if UNSETTLED in line]
     assert not stalled, "\n".join(stalled)

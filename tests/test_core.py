@@ -18,6 +18,7 @@ import pytest
 from pisessfs import onefile, render
 from pisessfs import view as view_module
 from pisessfs.jsonl import Parser
+from pisessfs.kind import Kind
 from pisessfs.sessions import Store, Unreadable
 from pisessfs.tree import Index
 from pisessfs.view import Key, NotFound, View
@@ -265,7 +266,7 @@ def test_view_layout_of_a_session(tmp_path: Path) -> None:
     raw = v.lookup(sess, "session.jsonl").ino
     assert v.readlink(raw) == b".session.jsonl"
     assert v.content(v.lookup(sess, ".session.jsonl").ino) == data
-    assert v.key(leaf) == Key("edir", str(f), 0, "bbbbbbbb")
+    assert v.key(leaf) == Key(Kind.ENTRY, str(f), 0, "bbbbbbbb")
     # one copy of each text: conversation.md, with headings; the branch view the same bytes
     conv = v.content(v.lookup(sess, "conversation.md").ino)
     assert conv.count(b"First question\n") == 1 and conv.count(b"Second one\n") == 1
@@ -521,26 +522,26 @@ def test_each_line_is_decoded_once_for_all_whole_session_files(
         s = together.up_to_date(path)
         lines = len(s.parser.entries)
         decoded[0] = 0
-        together._render(s, "conv")
+        together._render(s, Kind.CONVERSATION)
         # every line once at most (cached files: fewer), but a line whose id a later line
         # took, which is parsed for its note and renders as the winner
         lost = sum(1 for e in s.parser.entries if s.index.by_id.get(e.id) is not e)
         assert decoded[0] <= lines + lost, f.name
         decoded[0] = 0
-        together._render(s, "tree")
-        together._render(s, "json")
+        together._render(s, Kind.TREE)
+        together._render(s, Kind.JSON)
         # (a leaf's folder name is made from its own text, once per leaf)
         assert decoded[0] <= len(s.index.all_leaves()), f.name
         alone = View(Store(str(tmp_path)))
         s_b = alone.up_to_date(path_b)
-        for kind in ("json", "tree"):
+        for kind in (Kind.JSON, Kind.TREE):
             alone._render(s_b, kind)
             got, want = s.memo[kind][1], s_b.memo[kind][1]
             assert got.replace(b"b-", b"") == want.replace(b"b-", b""), (f.name, kind)
         for eid, e in s.index.by_id.items():  # each message file as rendered on its own
             if e.numbered:  # (a line whose id a later line took shares its files)
-                shown = together.rendered(s, Key("msg", path, s.epoch, eid))
-                assert shown == alone.rendered(s_b, Key("msg", path_b, s_b.epoch, eid)), eid
+                shown = together.rendered(s, Key(Kind.MESSAGE, path, s.epoch, eid))
+                assert shown == alone.rendered(s_b, Key(Kind.MESSAGE, path_b, s_b.epoch, eid)), eid
 
 
 @pytest.mark.warns  # the broken line of the big session, and the damaged fixtures' problems

@@ -25,6 +25,7 @@ import pytest
 
 from pisessfs import disk, layout, onefile
 from pisessfs.fuse_ops import PUSH_BYTES
+from pisessfs.kind import Kind
 from pisessfs.model import Entry, Problem
 from pisessfs.sessions import Store
 from pisessfs.view import Key, NotFound, View
@@ -569,7 +570,7 @@ def _view_on(root: Path, cache: Path) -> tuple[Store, View, disk.DiskCache]:
 
 def _listing(v: View, path: Path) -> tuple[int, dict[str, Any]]:
     """A session folder's listing, from kept answers (the disk cache's too) if any."""
-    sess = v.ino(Key("sess", str(path)))
+    sess = v.ino(Key(Kind.SESSION, str(path)))
     names = v.kept_listing(sess)
     if names is None:
         v.ready(sess, listing=True)

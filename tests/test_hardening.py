@@ -24,6 +24,7 @@ import orjson
 import pytest
 
 from pisessfs.files import Files, Unreadable
+from pisessfs.kind import Kind
 from tests import damaged
 from tests.conftest import RECIPE, RECIPE_STEM, Mount, mounted, named, need, wait_for
 
@@ -415,7 +416,7 @@ def test_a_name_in_a_deep_folder_is_found_without_rendering_the_path(
 
     monkeypatch.setattr(render, "render", counted)
     for leaf in range(n - 50, n):
-        key = Key("edir", path, s.epoch, f"{leaf:08x}")
+        key = Key(Kind.ENTRY, path, s.epoch, f"{leaf:08x}")
         with pytest.raises(NotFound):
             view.file_named(s, key, "sedAbC123")
         with pytest.raises(NotFound):
@@ -426,7 +427,7 @@ def test_a_name_in_a_deep_folder_is_found_without_rendering_the_path(
         assert mine.eid == f"{leaf:08x}" and mine.kind == "msg"
     assert calls <= 50, f"{calls} renders for 200 lookups"
     with pytest.raises(NotFound):
-        view.file_named(s, Key("edir", path, s.epoch, "00000009"), "0010-assistant.md")
+        view.file_named(s, Key(Kind.ENTRY, path, s.epoch, "00000009"), "0010-assistant.md")
 
 
 # -- 5. one save, one line -----------------------------------------------------------------

@@ -17,9 +17,11 @@ ORDER = [
     "mount",
     "watchdog",
     "status",
+    "warmup",
     "mountpoint",
     "heap",
     "fuse_ops",
+    "invalidator",
     "edits",
     "actions",
     "watch",
@@ -44,6 +46,7 @@ ORDER = [
     "tree",
     "jsonl",
     "model",
+    "kind",
 ]
 CORE = ORDER[ORDER.index("edits") :]  # free of pyfuse3 and trio
 
@@ -81,3 +84,46 @@ def test_imports_point_down() -> None:
 def test_core_is_free_of_fuse_and_trio() -> None:
     for module in CORE:
         assert not imports(module) & {"pyfuse3", "trio"}, module
+
+
+def _kind_strings(tree: ast.AST, kinds: set[str]) -> list[int]:
+    """Lines where a kind is spelled as a string: compared with a ``kind``, given as a
+    ``Key``'s kind or as ``kind=``."""
+
+    def strings(node: ast.AST) -> list[ast.Constant]:
+        elts = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+        return [e for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+
+    def is_kind(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "kind") or (
+            isinstance(node, ast.Name) and node.id == "kind"
+        )
+
+    found: list[ast.Constant] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(map(is_kind, sides)):
+                found += [c for side in sides for c in strings(side)]
+        elif isinstance(node, ast.Call):
+            fn = node.func
+            name = fn.id if isinstance(fn, ast.Name) else getattr(fn, "attr", "")
+            if name in ("Key", "known_of") and node.args:
+                found += strings(node.args[0])
+            found += [c for kw in node.keywords if kw.arg == "kind" for c in strings(kw.value)]
+    return [c.lineno for c in found if c.value in kinds]
+
+
+def test_a_kind_is_named_only_through_its_enum() -> None:
+    """A node's kind is a ``Kind``, never a string (a typo in one was an ENOENT): no module
+    of the package compares a kind with a string or makes a key of one."""
+    from pisessfs.kind import Kind
+
+    kinds = {k.value for k in Kind}
+    bad = {
+        p.name: lines
+        for p in sorted(PKG.glob("*.py"))
+        if (lines := _kind_strings(ast.parse(p.read_text()), kinds))
+    }
+    assert bad == {}
+    assert _kind_strings(ast.parse('if key.kind == "edir": Key("msg")'), kinds) == [1, 1]

@@ -24,6 +24,7 @@ from pisessfs import heads, sessions
 from pisessfs import view as view_module
 from pisessfs.errors import Busy
 from pisessfs.kept import Kept
+from pisessfs.kind import Kind
 from pisessfs.sessions import INLINE_BYTES, YIELD, Identity, SessionFile, Store
 from pisessfs.view import Key, View
 from tests.damaged import HEADER, line, user
@@ -81,7 +82,7 @@ def parsed_past_the_cap(tmp_path: Path) -> tuple[View, sessions.Loaded, int]:
     v = View(Store(str(tmp_path), cache_bytes=1 << 10))
     v.defer = True
     s = core(v.up_to_date, path)
-    return v, s, v.ino(Key("edir", path, s.epoch, f"{399:08x}"))
+    return v, s, v.ino(Key(Kind.ENTRY, path, s.epoch, f"{399:08x}"))
 
 
 def side_by_side(thread: Callable[[], object], loop: Callable[[], object]) -> None:
@@ -241,7 +242,7 @@ def test_a_render_that_ends_as_its_session_is_dropped_is_shelved_with_it(tmp_pat
             dropped.append(v.store.shrink(1, 64 << 20, 0.0))  # (the loop's, or --warm's)
             super().add(item)
 
-    work = v.render_step(sf, s, "tree", waited=DroppedMeanwhile())
+    work = v.render_step(sf, s, Kind.TREE, waited=DroppedMeanwhile())
     assert work is not None
     work()
     v.store.shelf.settle()
@@ -274,8 +275,10 @@ def test_two_first_renders_of_a_conversation_across_an_append_agree_with_its_siz
         return render(frozen)
 
     monkeypatch.setattr(v, "_conversation", held_up)
-    conv = v.ino(Key("conv", path))
-    ino, listing = (conv, False) if asked == "conv" else (v.ino(Key("sess", path)), True)
+    conv = v.ino(Key(Kind.CONVERSATION, path))
+    ino, listing = (
+        (conv, False) if asked == Kind.CONVERSATION else (v.ino(Key(Kind.SESSION, path)), True)
+    )
     a = threading.Thread(target=handed_out(v, ino, listing))
     a.start()
     assert started[0].wait(30)  # the first render has its copy of the session
@@ -380,7 +383,7 @@ def test_the_inode_table_is_safe_to_name_from_a_thread_while_the_loop_scans_it(
     meanwhile, and every name keeps one number."""
     monkeypatch.setattr(view_module, "UNHELD_KEPT", 512)
     v = View(Store(str(tmp_path)))
-    keys = [Key("sess", f"/s/{i}.jsonl") for i in range(100_000)]
+    keys = [Key(Kind.SESSION, f"/s/{i}.jsonl") for i in range(100_000)]
     failed: list[BaseException] = []
 
     def name_all() -> None:
@@ -397,7 +400,7 @@ def test_the_inode_table_is_safe_to_name_from_a_thread_while_the_loop_scans_it(
             v.known_of("sess")
             v.changed_everything_of("/s/1.jsonl")
             v.invalidations.clear()
-            v.ino(Key("sess", f"/loop/{len(failed)}"))
+            v.ino(Key(Kind.SESSION, f"/loop/{len(failed)}"))
     except RuntimeError as err:
         pytest.fail(f"a scan of the table failed while a thread named: {err}")
     finally:
@@ -443,7 +446,7 @@ def test_renders_are_safe_to_keep_from_a_thread_while_the_loop_reads_them(tmp_pa
     Path(path).write_bytes(data)
     v = View(Store(str(tmp_path)), render_cache_bytes=20 << 10)  # about 60 message files
     s = v.up_to_date(path)
-    keys = [Key("msg", path, s.epoch, eid) for eid in ids]
+    keys = [Key(Kind.MESSAGE, path, s.epoch, eid) for eid in ids]
 
     def render_all() -> None:
         for k in keys:
