@@ -1211,11 +1211,11 @@ class View:
 
             parts = conv.parts(made_again if again else None)
             if parts is not None:
-                out[Kind.CONVERSATION] = (parts, conv.size)
+                out[Kind.CONVERSATION.value] = (parts, conv.size)
         for kind in RENDERED:  # tree.txt and session.json, when of the file as it is
             hit = s.memo.get(kind)
             if hit is not None and hit[0] == s.version:
-                out[kind] = ([(0, hit[1], False)], len(hit[1]))
+                out[kind.value] = ([(0, hit[1], False)], len(hit[1]))  # (JSON keys: str)
         return out
 
     def unshelve(self, later: Later) -> bool:
