@@ -338,7 +338,8 @@ class Editor:
         try:
             job = self._job(h.binding, bytes(h.data), h.node, h.folder, None)
         except writer.Emptied:
-            raise  # (not for good: text written after it is still saved)
+            h.dirty = False  # (said once; not for good: text written after it is saved)
+            raise
         except writer.Refused:
             self._refused(h)
             raise
