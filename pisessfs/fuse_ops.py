@@ -25,11 +25,12 @@ import trio
 from . import actions as act
 from . import view as v
 from . import writer
-from .actions import Actions, Change
+from .actions import Actions
 from .appender import write_whole
-from .edits import Editor, Job
+from .edits import Editor
 from .handles import OpenFiles
 from .invalidator import Invalidator
+from .saves import Saves
 from .sessions import YIELD, Unreadable
 
 log = logging.getLogger(__name__)
@@ -205,17 +206,17 @@ class Operations(pyfuse3.Operations):
     ) -> None:
         super().__init__()
         self.view = view
-        self.put = put  # how a checked line reaches its file (the mount's Appender.put)
         view.defer = True  # blocking work comes back as Busy, run off the event loop here
         self.editor = Editor(view, cap)
         self.actions = Actions(view)
         self.read_only = read_only
         #: whether the live view sees every change (then the kernel keeps answers longer)
         self.watched: Callable[[], bool] = lambda: False
-        self._locks: dict[str, trio.Lock] = {}
         self._fh = itertools.count(1)
         #: what the kernel is told to drop (``drain``), and saves wait for (``settled``)
         self.invalidator = Invalidator(view, self._dropped)
+        #: saves and session actions, written one at a time per session file
+        self.saves = Saves(view, self.editor, put, self._core, self.invalidator)
         self._dirs: dict[int, list[tuple[str, v.Attr]]] = {}  # handle -> listing
         self._listings: dict[int, list[tuple[str, v.Attr]]] = {}  # (NO_OPENDIR) inode -> one
         self._files = OpenFiles()  # read handles: what each one reads
@@ -602,7 +603,7 @@ class Operations(pyfuse3.Operations):
         if self.read_only:
             log.warning("trash of %s refused (EROFS): the mount is read-only", path)
             raise pyfuse3.FUSEError(errno.EROFS)
-        async with self._lock(path):
+        async with self.saves.lock(path):
             try:
                 s = await self._core(self.view.up_to_date, path)
                 self.actions.check_trash(s, self.editor.holds(path))
@@ -637,8 +638,8 @@ class Operations(pyfuse3.Operations):
         if job is None:
             self.drain()  # a rename without a commit still changed names
             return
-        async with self._lock(job.binding.path):
-            await self._write(job)
+        async with self.saves.lock(job.binding.path):
+            await self.saves.write(job)
         await self.settled()  # vim's save: it reads the file back through current at once
 
     @handler
@@ -664,12 +665,12 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def fsync(self, fh: int, datasync: bool) -> None:
-        await self._commit(fh)
+        await self.saves.commit(fh)
 
     @handler
     async def flush(self, fh: int) -> None:
         # The commit point: errors here reach the program's close() (release's are lost).
-        await self._commit(fh)
+        await self.saves.commit(fh)
 
     @handler
     async def release(self, fh: int) -> None:
@@ -677,7 +678,7 @@ class Operations(pyfuse3.Operations):
         if not self.editor.owns(fh):
             return
         try:
-            await self._commit(fh, last=True)
+            await self.saves.commit(fh, last=True)
         except (v.ViewError, Unreadable, writer.Refused, OSError) as err:  # expected: one line
             log.warning("release: the last save was not made: %s", err)
         except Exception:
@@ -690,64 +691,6 @@ class Operations(pyfuse3.Operations):
         reader = self._files.pop(fh)
         if reader is not None:
             reader.close()
-
-    def _lock(self, path: str) -> trio.Lock:
-        return self._locks.setdefault(path, trio.Lock())
-
-    async def _commit(self, fh: int, last: bool = False) -> None:
-        """Claim, write and finish the save of ``fh``: one at a time per session file, so two
-        flushes of one save (a dup'd descriptor) append one line, not two."""
-        path = self.editor.session_of(fh)
-        if path is None:
-            return
-        async with self._lock(path):
-            await self._core(self.view.up_to_date, path)
-            job = (self.editor.release if last else self.editor.prepare)(fh)
-            if job is not None:
-                await self._write(job)
-        if job is not None and not last:
-            await self.settled()  # outside the lock: the session's next save need not wait
-
-    async def _write(self, job: Job) -> None:
-        """Write a prepared commit off the event loop, retrying when another writer raced;
-        then bring the session up to date and finish (under the caller's lock)."""
-        await self._put(job.binding.path, job.pending, lambda: self.editor.again(job).pending)
-        await self._core(self.view.up_to_date, job.binding.path)
-        self.editor.finish(job)
-        self.drain()
-
-    async def _put(
-        self, path: str, pending: writer.Pending, again: Callable[[], writer.Pending]
-    ) -> None:
-        """``writer.write`` off the event loop; when another writer appended meanwhile and
-        took the new id, bring the session up to date and write ``again()`` instead."""
-        for _ in range(5):
-            try:
-                await trio.to_thread.run_sync(writer.write, pending, self.put)
-                return
-            except writer.Grew:
-                await self._core(self.view.up_to_date, path)
-                pending = again()
-        raise writer.Stale(path, "the file kept growing")
-
-    async def _apply(self, change: Change | None) -> None:
-        """Append the line of a name or label change, through the same checks and the same
-        one-write-and-fsync as a saved message, under the session's lock."""
-        if change is None:
-            return  # the value it already has: nothing appended
-        path = change.path
-        async with self._lock(path):
-            s = await self._core(self.view.up_to_date, path)
-            try:
-                await self._put(path, change.build(s), lambda: change.build(self.view.state(path)))
-            except writer.Refused as err:
-                log.warning("%s refused (%s): %s", change.what, err.kind, err)
-                raise
-            await self._core(self.view.up_to_date, path)
-        log.info("%s: appended %s", path, change.what)
-        self.view.changed_session(path)
-        self.drain()
-        await self.settled()
 
     def drain(self) -> None:
         """Queue the kernel invalidations the core asked for (``Invalidator.drain``)."""
@@ -781,13 +724,13 @@ class Operations(pyfuse3.Operations):
         # user.pi.name and user.pi.label are session actions: one appended line each.
         attr = self._action_attr(name)
         await self._ready(inode)
-        await self._apply(self.actions.set_xattr(inode, attr, value))
+        await self.saves.apply(self.actions.set_xattr(inode, attr, value))
 
     @handler
     async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         attr = self._action_attr(name)
         await self._ready(inode)
-        await self._apply(self.actions.remove_xattr(inode, attr))
+        await self.saves.apply(self.actions.remove_xattr(inode, attr))
 
     def _action_attr(self, name: bytes) -> str:
         """The name of an attribute that names or labels; ENOTSUP for every other one (no
