@@ -313,7 +313,11 @@ def test_an_option_out_of_range_is_refused_at_start(
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     cmd = [sys.executable, "-m", "pisessfs.cli", "mount", "--sessions", str(sessions)]
-    r = subprocess.run([*cmd, *args, str(mnt)], capture_output=True, text=True, cwd=REPO)
+    try:
+        r = subprocess.run([*cmd, *args, str(mnt)], capture_output=True, text=True, cwd=REPO)
+    finally:
+        if is_mounted(mnt):  # (taken after all: the test fails, and leaves no mount behind)
+            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
     assert r.returncode == 2
     (line,) = r.stderr.splitlines()
     assert line.startswith("pisessfs: --") and "must be" in line
