@@ -23,6 +23,7 @@ import select
 import shutil
 import socket
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -148,20 +149,29 @@ def parse_options(values: list[str]) -> Options:
     return out
 
 
-HELP_EXAMPLES = """\
-examples:
-  pisessfs demo                       mount the example sessions on ~/pisessfs-demo
-  pisessfs mount ~/pi                 mount Pi's sessions on ~/pi (in the background)
-  grep -r docker ~/pi                 every message that says it, once (conversation.md)
-  echo 'and tests' > ~/pi/P/S/current/next.md    a new message after the last one
-  vim ~/pi/P/S/current/0004-user.md   edit a message: saving it forks, as in Pi
-  pisessfs status                     this user's mounts, their logs, what they refused
-  pisessfs umount ~/pi
+#: What ``--help`` and the man page show as examples (command, what it does).
+USAGE_EXAMPLES = [
+    ("pisessfs demo", "mount the example sessions on ~/pisessfs-demo"),
+    ("pisessfs mount ~/pi", "mount Pi's sessions on ~/pi (in the background)"),
+    ("grep -r docker ~/pi", "every message that says it, once (conversation.md)"),
+    ("echo 'and tests' > ~/pi/P/S/current/next.md", "a new message after the last one"),
+    ("vim ~/pi/P/S/current/0004-user.md", "edit a message: saving it forks, as in Pi"),
+    ("pisessfs status", "this user's mounts, their logs, what they refused"),
+    ("pisessfs umount ~/pi", "unmount"),
+]
+#: Where the log goes, and how mount(8) runs pisessfs (``--help`` and the man page).
+LOG_NOTE = (
+    "The daemon logs to $XDG_STATE_HOME/pisessfs/<mountpoint>.log (else ~/.local/state/...; "
+    "--log FILE for another, stderr with -f); `pisessfs status` names each mount's log. "
+    "mount(8) runs `pisessfs SESSIONS MOUNTPOINT -o OPTIONS` (through mount.fuse3) for an "
+    "/etc/fstab line of type fuse.pisessfs."
+)
 
-The daemon logs to $XDG_STATE_HOME/pisessfs/<mountpoint>.log (else ~/.local/state/...;
---log FILE for another, stderr with -f); `pisessfs status` names each mount's log.
-mount(8) runs `pisessfs SESSIONS MOUNTPOINT -o OPTIONS` (through mount.fuse3) for an
-/etc/fstab line of type fuse.pisessfs. `man pisessfs` has all of it."""
+
+def _help_epilog() -> str:
+    rows = [f"  {cmd:<44} {what}" for cmd, what in USAGE_EXAMPLES]
+    note = textwrap.fill(LOG_NOTE + " `man pisessfs` has all of it.", 88)
+    return "\n".join(["examples:", *rows, "", note])
 
 
 def _sessions_help(for_man: bool) -> str:
@@ -177,7 +187,7 @@ def build_parser(for_man: bool = False) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pisessfs",
         description="Mount Pi coding-agent sessions as folders of Markdown message files.",
-        epilog=HELP_EXAMPLES,
+        epilog=_help_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"pisessfs {__version__}")
@@ -462,10 +472,9 @@ def _tunables(args: argparse.Namespace, o: Options, min_idle: float) -> dict[str
     cache_mb = pick("cache_mb")
     if idle is not None and not 0 <= idle < math.inf:
         raise ValueError(f"--cache-idle {idle:g}: must be a number of seconds >= 0")
-    if disk_mb is not None and disk_mb < 0:
-        raise ValueError(f"--disk-cache-mb {disk_mb}: must be a number of MiB >= 0")
-    if cache_mb is not None and cache_mb < 0:
-        raise ValueError(f"--cache-mb {cache_mb}: must be a number of MiB >= 0")
+    for flag, mb in (("--disk-cache-mb", disk_mb), ("--cache-mb", cache_mb)):
+        if mb is not None and mb < 0:
+            raise ValueError(f"{flag} {mb}: must be a number of MiB >= 0")
     if max_mb is not None and not 0 < max_mb <= MAX_MESSAGE_MB:
         raise ValueError(
             f"--max-message-mb {max_mb:g}: must be a number of MiB above 0, at most "
@@ -808,8 +817,8 @@ def install_unit(args: argparse.Namespace) -> int:
         return _fail(str(err), 2)
     options = [x for value in args.options for x in value.split(",") if x]
     sessions = Path(args.sessions).expanduser() if args.sessions else default_sessions()
-    if _a_file(sessions):
-        return _fail(_a_file(sessions) or "", 2)
+    if a_file := _a_file(sessions):
+        return _fail(a_file, 2)
     if not sessions.is_dir():  # (Pi makes it at its first session: the unit can come first)
         print(
             f"pisessfs: note: no sessions folder at {sessions} yet; the unit's mount starts "
@@ -843,15 +852,10 @@ def _a_file(sessions: Path) -> str | None:
     return f"{sessions} is a file: give the folder it is in (--sessions {sessions.parent})"
 
 
-def demo_folder() -> Path:
-    """Where the demo's writable copy of the example sessions lives."""
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pisessfs" / "demo"
-
-
 def demo_sessions(reset: bool = False) -> tuple[Path, str]:
     """The demo's writable copy of the bundled example sessions, made when missing (or
     ``reset``): what was saved in it is kept across demos. Also what was done, in words."""
-    dst = demo_folder()
+    dst = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pisessfs" / "demo"
     if dst.exists() and not reset:
         return dst, f"the demo sessions in {dst} are kept as you left them (--reset: start over)"
     if dst.exists():

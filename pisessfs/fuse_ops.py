@@ -312,7 +312,7 @@ class Operations(pyfuse3.Operations):
     @now
     def read_now(self, fh: int, off: int, size: int) -> bytes | None:
         snap = self._files.get(fh)
-        if snap is None or (isinstance(snap, v.Later) and self.view.grew(snap, off, size)):
+        if snap is None or self.view.grew(snap, off, size):
             return None  # (being written; or it grew since it was kept: see ``read``)
         try:
             self._filled(snap)
@@ -537,7 +537,7 @@ class Operations(pyfuse3.Operations):
         if self._unfilled(snap):
             await self._ready(snap.ino)  # not on the shelf either: the session is parsed
             self.view.fill(snap)
-        elif isinstance(snap, v.Later) and self.view.grew(snap, off, size):
+        elif self.view.grew(snap, off, size):
             await self._ready(snap.ino)  # (tail -f of conversation.md: it grew since)
             self.view.catch_up(snap)
         return await self._core(snap.read, off, size)  # (conversation.md: Busy to make a part)

@@ -434,7 +434,7 @@ class Whole(NodeKind):
     grows = Growth.PAGES
 
     def holds(self, v: View, s: Loaded, key: Key) -> bool:
-        hit = s.memo.get(self.name)  # a lookup may have answered an older rendering's size
+        hit = s.memo.get(self.name)  # (a rendering of an older version, while one is made)
         return hit is not None and hit[0] == s.version
 
     def content(self, v: View, key: Key) -> bytes:

@@ -1,10 +1,11 @@
 """The man page, pisessfs(1), made from the command line's own parser.
 
-Every command, argument and option, with its help text, comes from ``cli.build_parser()``;
-only the prose around them (what the program is, the files it uses, examples) is written
-here. So ``--help`` and ``man pisessfs`` cannot say different things: the install writes the
-page from the installed parser, and ``man/pisessfs.1`` in the repository is checked against
-it by the tests. ``python -m pisessfs.manpage`` prints it.
+Every command, argument and option, with its help text, comes from ``cli.build_parser()``,
+and the examples and the log's place are the ones ``--help`` shows (``cli.USAGE_EXAMPLES``,
+``cli.LOG_NOTE``); only the prose around them (what the program is, the files it uses) is
+written here. So ``--help`` and ``man pisessfs`` cannot say different things: the install
+writes the page from the installed parser, and ``man/pisessfs.1`` in the repository is
+checked against it by the tests. ``python -m pisessfs.manpage`` prints it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import sys
 
 from . import __version__
+from .cli import LOG_NOTE, USAGE_EXAMPLES, build_parser
 
 DESCRIPTION = """\
 pisessfs mounts the session files of the Pi coding agent as folders and files. Each
@@ -24,27 +26,17 @@ folder appends one new user message to the real file, as its child; saving chang
 into a user message appends a sibling (a fork), as editing a message in Pi does. Nothing
 else in a session file is ever changed."""
 
+NOTES = (
+    "A save through the mount that is refused fails where the program can see it (open, "
+    "write or close), with one log line saying why. The guide, the reference and the design "
+    "are in the docs/ folder of the source."
+)
+
 FILES = [
     ("~/.pi/agent/sessions", "the sessions folder Pi writes (or $PI_CODING_AGENT_DIR/sessions)"),
     ("$XDG_CACHE_HOME/pisessfs", "what mounts keep across mounts (--disk-cache; mode 700)"),
     ("$XDG_STATE_HOME/pisessfs/MOUNTPOINT.log", "the daemon's log (--log)"),
     ("~/.config/systemd/user/pisessfs@.service", "the unit install-unit writes"),
-]
-
-NOTES = """\
-The daemon logs to $XDG_STATE_HOME/pisessfs/MOUNTPOINT.log (else under ~/.local/state), or
-to the file --log names; pisessfs status names each mount's log. A save through the mount
-that is refused fails where the program can see it (open, write or close) with one log line
-saying why. The guide, the reference and the design are in the docs/ folder of the source."""
-
-EXAMPLES = [
-    ("pisessfs demo", "mount the example sessions on ~/pisessfs-demo"),
-    ("pisessfs mount ~/pi", "mount Pi's sessions on ~/pi"),
-    ('grep -r "docker" ~/pi', "every message that says it, once each (in conversation.md)"),
-    ("echo 'and add tests' > ~/pi/PROJECT/SESSION/current/next.md", "a new message"),
-    ("vim ~/pi/PROJECT/SESSION/current/0004-user.md", "an edit: saving it forks"),
-    ("pisessfs status", "this user's mounts"),
-    ("pisessfs umount ~/pi", "unmount"),
 ]
 
 
@@ -89,7 +81,7 @@ def _commands(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def render(parser: argparse.ArgumentParser) -> str:
-    """pisessfs(1) in roff."""
+    """pisessfs(1) in roff; its examples and notes are those ``--help`` shows."""
     lines = [
         f'.TH PISESSFS 1 "" "pisessfs {__version__}" "User Commands"',
         ".SH NAME",
@@ -110,16 +102,14 @@ def render(parser: argparse.ArgumentParser) -> str:
     for path, what in FILES:
         lines += [".TP", f"\\fI{_esc(path)}\\fR", _esc(what)]
     lines += [".SH EXAMPLES"]
-    for cmd, what in EXAMPLES:
+    for cmd, what in USAGE_EXAMPLES:
         lines += [".TP", f"\\fB{_esc(cmd)}\\fR", _esc(what)]
-    lines += [".SH NOTES", _esc(NOTES)]
+    lines += [".SH NOTES", _esc(f"{LOG_NOTE} {NOTES}")]
     lines += [".SH SEE ALSO", "\\fBpi\\fR(1), \\fBfusermount3\\fR(1), \\fBmount.fuse3\\fR(8)"]
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
-    from .cli import build_parser
-
     os.environ["COLUMNS"] = "80"  # (argparse wraps usage lines to the terminal's width)
     sys.stdout.write(render(build_parser(for_man=True)))
     return 0

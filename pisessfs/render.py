@@ -468,13 +468,12 @@ def _tool_result(d: dict[str, Any], msg: dict[str, Any], ctx: Context) -> bytes:
     # The output as a code block (pytest's banners, source and JSON are not Markdown), in
     # the language of the file a read read; markers of other blocks as they are.
     lang = _output_lang(ctx.call)
-    parts = [
-        fence(_s(b.get("text")), lang).rstrip("\n")
-        if b.get("type") == "text"
-        else f"[{_s(b.get('type'))}]"
-        for b in blocks(msg.get("content"))
-        if b.get("type") != "text" or _s(b.get("text"))
-    ]
+    parts = []
+    for b in blocks(msg.get("content")):
+        if b.get("type") != "text":
+            parts.append(f"[{_s(b.get('type'))}]")
+        elif text := _s(b.get("text")):
+            parts.append(fence(text, lang).rstrip("\n"))
     details = msg.get("details")
     diff = details.get("diff") if isinstance(details, dict) else None
     if isinstance(diff, str) and diff:

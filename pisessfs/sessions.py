@@ -55,7 +55,7 @@ _AHEAD = threading.local()  # the last block read ahead by this thread: file, st
 #: Bytes per item of the per-entry memos (an estimate: a dict slot, a key, a short value).
 MEMO_COSTS = {"previews": 250, "branch_sizes": 120, "folder": 150}
 LISTED_NAME_COST = 200  # bytes per name of an entry folder's listing kept in the "files" memo
-RENDERED = (Kind.TREE, Kind.JSON)  # memos of whole-session renderings: (version, bytes, …)
+RENDERED = (Kind.TREE, Kind.JSON)  # memos of whole-session renderings: (version, bytes)
 VERSIONED = (*RENDERED, Kind.CONVERSATION)  # memos of a rendering of a version: newest kept
 _RACY_NS = 100_000_000
 _WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
@@ -696,6 +696,11 @@ def project_name(raw: str) -> str:
     return raw
 
 
+def _session_entries(entries: list[FileEntry]) -> list[FileEntry]:
+    """The session files among a folder's entries."""
+    return [d for d in entries if d.is_file and _is_session_name(d.name)]
+
+
 def _unique(items: list[Listing], kept: dict[str, str]) -> list[Listing]:
     """Names made unique in their folder: a later duplicate gets ``~2``, ``~3``… (file names
     are sorted, so the same folder always gives the same names). A file that was given a
@@ -798,7 +803,7 @@ class Store:
     def _top(self) -> list[Listing]:
         entries = self.files.scandir(self.root)
         dirs = [d for d in entries if d.is_dir]
-        sessions = [d for d in entries if d.is_file and _is_session_name(d.name)]
+        sessions = _session_entries(entries)
         stripped = [project_name(d.name) for d in dirs]
         raw_dirs = {d.name for d in dirs}
         out = []
@@ -818,7 +823,7 @@ class Store:
         return [Listing(self.head(d.path).name, d.path, True) for d in self._session_files(folder)]
 
     def _session_files(self, folder: str) -> list[FileEntry]:
-        return [d for d in self.files.scandir(folder) if d.is_file and _is_session_name(d.name)]
+        return _session_entries(self.files.scandir(folder))
 
     def head(self, path: str, seen: Seen | None = None, since: int = 0) -> Head:
         """What the head of session file ``path`` says, read the first time the mount sees
@@ -1048,7 +1053,7 @@ class Store:
             top = self.files.scandir(self.root)
         except Unreadable:
             return [], 0
-        paths = [d.path for d in top if d.is_file and _is_session_name(d.name)]
+        paths = [d.path for d in _session_entries(top)]
         projects = [d for d in top if d.is_dir]
         for d in projects:
             with contextlib.suppress(Unreadable):

@@ -39,7 +39,7 @@ import time
 import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import msgspec
 
@@ -88,6 +88,7 @@ from .sessions import (
     file_ident,
     no_gc,
 )
+from .shelf import Packed
 
 __all__ = [
     "Attr",
@@ -970,7 +971,6 @@ class View:
         A frozen copy's rendering reaches the live state through ``Loaded.adopt``."""
         self.made += 1
         version = s.version
-        start = time.monotonic()
         folder_of = lambda eid: self.folder_of(s, eid)  # noqa: E731
         data: bytes | int
         if kind == Kind.TREE:
@@ -979,8 +979,7 @@ class View:
             data = self._conversation(s)
         else:
             data = summary.session_json(s, folder_of, set(self.listed(s)))
-        done = time.monotonic()
-        s.memo[kind] = (version, data, done, done - start)
+        s.memo[kind] = (version, data)
 
     def snapshot(self, ino: int) -> Snapshot:
         """The bytes an open file reads until it is closed, whatever happens to its session."""
@@ -1127,8 +1126,7 @@ class View:
                 return False
             later.inner = Snapshot(hit[1])
             return True
-        packed = self.store.shelf.get(key.path, later.ident, key.kind)
-        return (packed is not None and packed.size == later.size) or held.stored is not None
+        return self._shelved(later, key) is not None or held.stored is not None
 
     def _evicted(self, s: Loaded) -> None:
         """Session ``s`` is about to be dropped from the parse cache (it is still its
@@ -1218,12 +1216,17 @@ class View:
                 out[kind.value] = ([(0, hit[1], False)], len(hit[1]))  # (JSON keys: str)
         return out
 
+    def _shelved(self, later: Later, key: Key) -> Packed | None:
+        """File ``key`` on the shelf as the kernel was told it for ``later``, if it is."""
+        packed = self.store.shelf.get(key.path, later.ident, key.kind)
+        return packed if packed is not None and packed.size == later.size else None
+
     def unshelve(self, later: Later) -> bool:
         """Make the bytes of ``later`` from the shelf, when its file is there as the kernel
         was told it (then its session is not parsed). False: :meth:`fill` must."""
         key = self.key(later.ino)
-        packed = self.store.shelf.get(key.path, later.ident, key.kind)
-        if packed is None or packed.size != later.size:
+        packed = self._shelved(later, key)
+        if packed is None:
             return self._from_disk_file(later, key)
         log.debug("%s of %s: read from the shelf", key.kind, key.path)
         later.inner = Unshelved(packed, later.size)
@@ -1449,15 +1452,16 @@ class View:
             raise Changed(key.path)
         later.inner = inner
 
-    def grew(self, later: Later, off: int, size: int) -> bool:
-        """Whether a read of ``later`` past the end of what it holds (``Later.behind``) is
-        of a session file that grew since it was opened (``tail -f``), rather than the last
-        page of the file as it was (the kernel reads whole pages)."""
-        if not later.behind(off, size):
+    def grew(self, snap: Snapshot, off: int, size: int) -> TypeGuard[Later]:
+        """Whether a read of ``snap`` is one of a handle from kept answers past the end of
+        what it holds (``Later.behind``), of a session file that grew since it was opened
+        (``tail -f``), rather than the last page of the file as it was (the kernel reads
+        whole pages)."""
+        if not isinstance(snap, Later) or not snap.behind(off, size):
             return False
-        sf = self.store.known(self.key(later.ino).path)
+        sf = self.store.known(self.key(snap.ino).path)
         try:
-            return sf is not None and Identity.of(sf.recent(KEPT_FRESH)) != later.ident
+            return sf is not None and Identity.of(sf.recent(KEPT_FRESH)) != snap.ident
         except (Unreadable, OSError):
             return False  # (gone: the reader keeps what it has)
 

@@ -87,6 +87,18 @@ def need_open_flags() -> None:
     )
 
 
+def pisessfs(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``pisessfs ARGS`` from this checkout, as a user runs it: its exit code and output."""
+    return subprocess.run(
+        [sys.executable, "-m", "pisessfs.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        env=env,
+    )
+
+
 def fuse_missing() -> str | None:
     if not os.path.exists("/dev/fuse"):
         return "/dev/fuse is missing: no real mount possible"

@@ -12,7 +12,6 @@ import errno
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -26,7 +25,6 @@ from tests.conftest import (
     FORK,
     KANBAN,
     RECIPE,
-    REPO,
     Mount,
     fuse_missing,
     is_mounted,
@@ -34,6 +32,7 @@ from tests.conftest import (
     mounted,
     need,
     pi,
+    pisessfs,
     wait_for,
 )
 
@@ -312,9 +311,8 @@ def test_an_option_out_of_range_is_refused_at_start(
 ) -> None:
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    cmd = [sys.executable, "-m", "pisessfs.cli", "mount", "--sessions", str(sessions)]
     try:
-        r = subprocess.run([*cmd, *args, str(mnt)], capture_output=True, text=True, cwd=REPO)
+        r = pisessfs("mount", "--sessions", str(sessions), *args, str(mnt))
     finally:
         if is_mounted(mnt):  # (taken after all: the test fails, and leaves no mount behind)
             subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
@@ -346,13 +344,7 @@ def test_a_disk_cache_folder_open_to_others_is_said_on_the_terminal(
 
 
 def demo(mnt: Path, *args: str) -> str:
-    r = subprocess.run(
-        [sys.executable, "-m", "pisessfs.cli", "demo", str(mnt), *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-    )
+    r = pisessfs("demo", str(mnt), *args)
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -368,11 +360,11 @@ def test_the_demo_again_keeps_what_was_saved_in_it(
         assert "a fresh copy of the example sessions" in said
         assert "echo " in said and "vim " in said  # a write and an edit among the hints
         sh("echo 'kept across demos' > current/kept.md", mnt / RECIPE)
-        subprocess.run([sys.executable, "-m", "pisessfs.cli", "umount", str(mnt)], check=True)
+        assert pisessfs("umount", str(mnt)).returncode == 0
         said = demo(mnt)
         assert "kept as you left them" in said
         assert "kept across demos" in (mnt / RECIPE / "current.md").read_text()
-        subprocess.run([sys.executable, "-m", "pisessfs.cli", "umount", str(mnt)], check=True)
+        assert pisessfs("umount", str(mnt)).returncode == 0
         said = demo(mnt, "--reset")
         assert "a fresh copy" in said
         assert "kept across demos" not in (mnt / RECIPE / "current.md").read_text()

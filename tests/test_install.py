@@ -18,18 +18,7 @@ from pathlib import Path
 import pytest
 
 from pisessfs import cli, manpage
-from tests.conftest import REPO, need
-
-
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pisessfs.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=60,
-    )
+from tests.conftest import REPO, need, pisessfs
 
 
 def options_of(parser: argparse.ArgumentParser) -> set[str]:
@@ -75,7 +64,7 @@ def test_the_man_page_reads_in_man() -> None:
 
 
 def test_help_has_examples_and_says_where_the_log_goes() -> None:
-    text = run("--help").stdout
+    text = pisessfs("--help").stdout
     assert "examples:" in text and "pisessfs mount ~/pi" in text
     assert "$XDG_STATE_HOME/pisessfs/<mountpoint>.log" in text
 
@@ -83,12 +72,12 @@ def test_help_has_examples_and_says_where_the_log_goes() -> None:
 def test_mount_help_says_which_sessions_folder_it_would_use(tmp_path: Path) -> None:
     env = {**os.environ, "PI_CODING_AGENT_DIR": str(tmp_path / "agent"), "COLUMNS": "1000"}
     env.pop("PI_CODING_AGENT_SESSION_DIR", None)  # (COLUMNS: argparse cuts lines at "-")
-    text = run("mount", "--help", env=env).stdout
+    text = pisessfs("mount", "--help", env=env).stdout
     assert f"(default: {tmp_path / 'agent' / 'sessions'})" in text
 
 
 def test_umount_help_describes_its_argument() -> None:
-    text = run("umount", "--help").stdout
+    text = pisessfs("umount", "--help").stdout
     assert "where it is mounted" in text
 
 
@@ -96,7 +85,7 @@ def test_a_session_file_given_for_the_folder_says_so(tmp_path: Path) -> None:
     f = tmp_path / "s.jsonl"
     f.write_text("{}\n")
     (tmp_path / "mnt").mkdir()
-    r = run("mount", "--sessions", str(f), str(tmp_path / "mnt"))
+    r = pisessfs("mount", "--sessions", str(f), str(tmp_path / "mnt"))
     assert r.returncode == 2
     assert (
         r.stderr == f"pisessfs: {f} is a file: give the folder it is in (--sessions {tmp_path})\n"
@@ -106,7 +95,7 @@ def test_a_session_file_given_for_the_folder_says_so(tmp_path: Path) -> None:
 def test_install_unit_print_works_before_pi_made_its_folder(tmp_path: Path) -> None:
     env = {**os.environ, "PI_CODING_AGENT_DIR": str(tmp_path / "agent")}
     env.pop("PI_CODING_AGENT_SESSION_DIR", None)
-    r = run("install-unit", "--print", env=env)
+    r = pisessfs("install-unit", "--print", env=env)
     assert r.returncode == 0 and "[Service]" in r.stdout
     assert "no sessions folder at" in r.stderr and "yet" in r.stderr
 

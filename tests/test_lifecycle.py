@@ -33,23 +33,13 @@ from tests.conftest import (
     mount_base,
     mounted,
     need,
+    pisessfs,
     wait_for,
 )
 
 pytestmark = pytest.mark.fuse  # real mounts (tests/conftest.py: the tiers)
 
 PARENT = "74cc97d5"  # the last entry of RECIPE's resume branch
-
-
-def pisessfs(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pisessfs.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-        env=env,
-    )
 
 
 def cmdlines() -> Iterator[tuple[int, list[str]]]:

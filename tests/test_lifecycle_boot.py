@@ -37,9 +37,10 @@ from tests.conftest import (
     is_mounted,
     mount_base,
     need,
+    pisessfs,
     wait_for,
 )
-from tests.test_lifecycle import alive, pisessfs, watchdog_of
+from tests.test_lifecycle import alive, watchdog_of
 
 pytestmark = pytest.mark.fuse  # real mounts (tests/conftest.py: the tiers)
 

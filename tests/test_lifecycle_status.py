@@ -29,13 +29,13 @@ from tests.conftest import (
     mounted,
     need,
     need_open_flags,
+    pisessfs,
     wait_for,
 )
 from tests.test_lifecycle import (
     defeat_auto_unmount,
     fds_of,
     kill_9,
-    pisessfs,
     process_inside,
     watchdog_of,
 )
