@@ -20,7 +20,8 @@ generator: long tool outputs, images, edits that branch, compactions, labels), t
 
     scripts/bench_scale.py [--quick] [--corpus DIR] [--sessions N] [--mb N] [--json FILE]
 
-Targets (DESIGN.md): warm grep -r <= 2x, rg <= 3x their raw runs, cold <= 4x; each message once.
+Targets (DESIGN.md): warm grep -r <= 1.5x, rg <= 2x their raw runs; cold on a later mount
+<= 2x / <= 3x; cold on the very first mount <= 4x; each message once.
 Cold runs need root (drop_caches).
 """
 
@@ -43,9 +44,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_gen  # the session generator
 import benchlib as b  # the shared helpers: mounts, timing, medians
 
-TARGET_GREP_WARM = 2.0
-TARGET_RG_WARM = 3.0
-TARGET_COLD = 4.0
+#: DESIGN.md's targets, against the raw JSONL folder: (warm, cold on a later mount), per
+#: tool; cold on the very first mount, for both.
+TARGETS = {"grep": (1.5, 2.0), "rg": (2.0, 3.0)}
+TARGET_FIRST = 4.0
 MARKER = "corpus.json"  # what a generated corpus was made with
 #: Which generator made a corpus: one made by another is not reused (2: non-ASCII text about
 #: as often as in real sessions, see ``bench_gen.FOREIGN_SHARE``).
@@ -275,8 +277,8 @@ def report(r: dict[str, Any]) -> str:
         "",
         f"{'what':<26} {'raw s':>8} {'mount s':>8} {'ratio':>6} {'target':>7}",
     ]
-    for tool, target in (("grep", TARGET_GREP_WARM), ("rg", TARGET_RG_WARM)):
-        for kind, tgt in (("warm", target), ("cold", TARGET_COLD), ("disk", TARGET_COLD)):
+    for tool, (warm, later) in TARGETS.items():
+        for kind, tgt in (("warm", warm), ("cold", TARGET_FIRST), ("disk", later)):
             raw, mnt = r.get(f"{tool}_{kind}_raw"), r.get(f"{tool}_{kind}_mount")
             if isinstance(raw, str) or isinstance(mnt, str) or raw is None or mnt is None:
                 lines.append(f"{tool + ' ' + kind:<26} skipped: {raw if raw else mnt}")
