@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from . import __version__, disk, mountpoint, status, unit
+from . import __version__, mountpoint, status, store, unit
 from .unit import UNIT
 
 log = logging.getLogger("pisessfs")
@@ -341,7 +341,7 @@ def _disk_folder(asked: str | None) -> str | None:
     """The disk cache's folder: the one asked for, none for ``off``, else the default."""
     if asked == "off":
         return None
-    return os.path.abspath(os.path.expanduser(asked)) if asked else disk.default_folder()
+    return os.path.abspath(os.path.expanduser(asked)) if asked else store.default_folder()
 
 
 def _helper_args(argv: list[str]) -> argparse.Namespace:
@@ -501,7 +501,7 @@ def _demo_copy(args: argparse.Namespace) -> str:
 def _cache_said(folder: str | None, quiet: bool) -> None:
     """Say on the terminal when the disk cache asked for cannot be used (the mount runs
     without it, and its log says so too)."""
-    why = disk.unusable(folder) if folder else None
+    why = store.unusable(folder) if folder else None
     if why and not quiet:
         print(f"pisessfs: no disk cache: {why}; mounting without it", file=sys.stderr)
 

@@ -19,6 +19,7 @@ from . import onefile
 from .errors import Busy
 from .sessions import Identity
 from .shelf import Packed
+from .store import DiskStore as Texts
 
 INLINE_GROUP = 256 << 10  # bytes of conversation.md made again on the loop (more: a thread)
 
@@ -107,18 +108,15 @@ class Later(Snapshot):
 
 
 class OnDisk(Snapshot):
-    """The first ``size`` bytes of a file kept in a disk cache entry from byte ``base`` on,
-    through a descriptor of its own (closed with the handle)."""
+    """The ``size`` bytes of a file kept in the disk cache (text ``text`` of ``kept``), read
+    in place at each read."""
 
-    def __init__(self, fd: int, base: int, size: int) -> None:
+    def __init__(self, kept: Texts, text: int, size: int) -> None:
         super().__init__(b"")
-        self.fd, self.base, self.size = fd, base, size
+        self.kept, self.text, self.size = kept, text, size
 
     def read(self, off: int, size: int) -> bytes:
-        return os.pread(self.fd, max(0, min(size, self.size - off)), self.base + off)
-
-    def close(self) -> None:
-        os.close(self.fd)
+        return self.kept.read(self.text, off, max(0, min(size, self.size - off)))
 
 
 class _Parts(Snapshot):

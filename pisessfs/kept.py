@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 from .sessions import Identity
 
 if TYPE_CHECKING:
-    from .disk import Stored
     from .layout import Fork
+    from .store import Stored
     from .view import Attr
 
 #: Sessions whose answers are kept (least recently used dropped first); a few KiB each.

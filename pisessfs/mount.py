@@ -29,9 +29,9 @@ import trio
 
 from . import heap, mountpoint, status
 from .appender import Appender
-from .disk import DiskCache, code_mark
 from .fuse_ops import OPEN_FLAGS, Asked, Operations
 from .sessions import MIN_IDLE, Store, Unreadable
+from .store import DiskStore, code_mark
 from .view import View
 from .warmup import WarmUp
 from .watch import Watcher
@@ -182,13 +182,13 @@ def _init(ops: Operations, opts: MountOptions) -> None:
     raise MountError("; ".join(lines) or str(failure))
 
 
-def _disk_cache(opts: MountOptions, store: Store) -> DiskCache | None:
+def _disk_cache(opts: MountOptions, store: Store) -> DiskStore | None:
     """The disk cache, when asked for and usable; its entries of sessions that are gone
     are removed in a thread meanwhile."""
     if opts.disk_cache is None:
         return None
     mark = f"{code_mark()} reach {store.files.reach:o}"  # (what bounds every mode shown)
-    cache = DiskCache(opts.disk_cache, opts.disk_cache_mb << 20, mark, store.root)
+    cache = DiskStore(opts.disk_cache, opts.disk_cache_mb << 20, mark, store.root)
     if not cache.open():
         return None
 
@@ -209,12 +209,12 @@ def _disk_cache(opts: MountOptions, store: Store) -> DiskCache | None:
     return cache
 
 
-def _on_disk(cache: DiskCache | None) -> tuple[str, int, int]:
+def _on_disk(cache: DiskStore | None) -> tuple[str, int, int]:
     """The disk cache's folder, entries and bytes (for ``status``)."""
     return ("", 0, 0) if cache is None else (cache.folder, len(cache), cache.total_bytes())
 
 
-def _save(view: View, cache: DiskCache, clean: bool) -> None:
+def _save(view: View, cache: DiskStore, clean: bool) -> None:
     """At unmount: what this mount made of the sessions still parsed, for the next one,
     for :data:`SAVE_SECONDS` at most (a service manager kills a daemon that takes long to
     stop: systemd after 90 s)."""
@@ -253,7 +253,7 @@ def _parsed(store: Store) -> tuple[int, int]:
     return 0, 0
 
 
-def _shown(store: Store, cache: DiskCache | None) -> tuple[int, int, int]:
+def _shown(store: Store, cache: DiskStore | None) -> tuple[int, int, int]:
     """Sessions shown, in how many projects, and how many of them the disk cache holds."""
     paths, projects = store.session_paths()
     kept = sum(cache.has(p) for p in paths) if cache is not None else 0

@@ -35,7 +35,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .disk import DiskCache
 from .files import Entry as FileEntry
 from .files import Files, Unreadable
 from .heads import Head, private, read_head
@@ -43,6 +42,7 @@ from .jsonl import Parser, Stats, decode_line
 from .kind import Kind
 from .model import Entry, Problem
 from .shelf import SHARE, Shelf
+from .store import DiskStore
 from .tree import Index, NeedsRebuild
 
 log = logging.getLogger(__name__)
@@ -767,7 +767,7 @@ class Store:
         # says what (``on_evict`` is called with the state about to be dropped).
         self.shelf = Shelf(int(cache_bytes * SHARE))
         self.on_evict: Callable[[Loaded], None] | None = None
-        self.disk: DiskCache | None = None  # what mounts kept across mounts (``disk``)
+        self.disk: DiskStore | None = None  # what mounts kept across mounts (``disk``)
 
     def _cached(self, folder: str, build: Callable[[], list[Listing]]) -> list[Listing]:
         """A folder's listing, scanned again only when the folder's mtime moved (a file or
@@ -907,7 +907,7 @@ class Store:
         return head
 
     def heads_to_keep(self) -> dict[str, list[Any]]:
-        """The heads to keep for the next mount (``DiskCache.keep_heads``): this mount's,
+        """The heads to keep for the next mount (``DiskStore.keep_heads``): this mount's,
         and those it was given that it did not need, of files that are still the files
         they were read from (a file gone takes its name with it; one that grew is read
         again anyway)."""

@@ -43,7 +43,7 @@ from typing import Any, NamedTuple, TypeGuard
 
 import msgspec
 
-from . import disk, onefile, render, summary, writer
+from . import onefile, render, summary, writer
 from .errors import (
     Busy,
     Changed,
@@ -89,6 +89,7 @@ from .sessions import (
     no_gc,
 )
 from .shelf import Packed
+from .store import DiskStore, File, Stored, text_in, text_out
 
 __all__ = [
     "Attr",
@@ -213,7 +214,7 @@ class View:
         self._cache_index: dict[str, tuple[int, int]] = {}
         self._kept = Kept()  # what sessions' nodes answered, per file identity (``kept``)
         self._hot: _Hot | None = None  # the session ``kept`` answered for last
-        self.disk: disk.DiskCache | None = None  # the same, and their files, across mounts
+        self.disk: DiskStore | None = None  # the same, and their files, across mounts
         self._evicting: Loaded | None = None  # the session being dropped (``_evicted``)
         self.overlays: dict[Key, Overlay] = {}  # entry folder -> its scratch layer
         self.nodes: dict[int, Node] = {}  # scratch inode -> node
@@ -1192,12 +1193,12 @@ class View:
             said = (s.path, len(offered), offered.count(False))
             log.debug("%s: not all shelved (offered %d, refused %d)", *said)
 
-    def _whole_files(self, s: Loaded, again: bool = False) -> dict[str, disk.File]:
+    def _whole_files(self, s: Loaded, again: bool = False) -> dict[str, File]:
         """The whole-session files of ``s`` as the kernel was told them, in parts (some
         compressed), by kind (under its lock). A big session's old groups of conversation.md
         that are held in no way are not there, or (``again``) are what making them again
         from a copy of ``s`` gives, when whoever takes the parts asks (a thread)."""
-        out: dict[str, disk.File] = {}
+        out: dict[str, File] = {}
         conv = s.memo.get("conversation")
         if conv is not None and conv.done == len(s.parser.entries):
             copies: list[Loaded] = []
@@ -1271,7 +1272,7 @@ class View:
             held.saved = made
         return done
 
-    def _saved(self, path: str, ident: Identity, held: Answers, stored: disk.Stored) -> None:
+    def _saved(self, path: str, ident: Identity, held: Answers, stored: Stored) -> None:
         """The writer saved the entry of ``held``: a read the kernel's page cache cannot
         answer (the shelf's budget let the files go) is read from there, not parsed."""
         if self._kept.peek(path, ident) is held:
@@ -1327,7 +1328,7 @@ class View:
         def key(k: Key | None) -> list[Any] | None:
             if k is None or k.path != s.path or k.kind not in KINDS:
                 return None
-            return [k.kind, disk.text_out(k.eid), k.k, bool(k.eid) and k.epoch == s.epoch]
+            return [k.kind, text_out(k.eid), k.k, bool(k.eid) and k.epoch == s.epoch]
 
         table: list[list[Any]] = []
         rows: dict[Attr, int | None] = {}
@@ -1344,7 +1345,7 @@ class View:
         def at(ino: int) -> list[Any] | None:
             return key(self._keys.get(ino))
 
-        out = disk.text_out
+        out = text_out
         listings = []
         for folder, names in held.listings.items():
             named = [[out(n), row(a)] for n, a in names.items()]
@@ -1388,7 +1389,7 @@ class View:
         making nodes of it, once per key (a listing names the keys of the table's rows):
         once per session in a later mount's cold walk, about a quarter of the handlers' time."""
         saved = _SAVED.decode(raw)
-        path, epoch, name, ino = sf.path, sf.epoch, disk.text_in, self.ino
+        path, epoch, name, ino = sf.path, sf.epoch, text_in, self.ino
         nodes: dict[_SavedKey, tuple[Key, int]] = {}
 
         def node(v: _SavedKey) -> tuple[Key, int]:
@@ -1422,7 +1423,7 @@ class View:
             return None
         named, link = raw
         self.forks.add(path)
-        return Fork(disk.text_in(named), None if link is None else disk.text_in(link), -math.inf)
+        return Fork(text_in(named), None if link is None else text_in(link), -math.inf)
 
     def _from_disk_file(self, later: Later, key: Key) -> bool:
         """Serve ``later`` from the disk cache entry its answers came from, if any."""
@@ -1430,11 +1431,11 @@ class View:
         stored = held.stored if held is not None else None
         if stored is None or self.disk is None:
             return False
-        where = self.disk.reader(stored, key.kind, later.size)
-        if where is None:
+        text = self.disk.reader(stored, key.kind, later.size)
+        if text is None:
             return False
         log.debug("%s of %s: read from the disk cache", key.kind, key.path)
-        later.inner = OnDisk(*where, later.size)
+        later.inner = OnDisk(self.disk, text, later.size)
         return True
 
     def fill(self, later: Later) -> None:

@@ -12,22 +12,24 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import stat
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from pisessfs import disk, layout, onefile
+from pisessfs import layout, onefile, store
 from pisessfs.fuse_ops import PUSH_BYTES
 from pisessfs.kind import Kind
 from pisessfs.model import Entry, Problem
 from pisessfs.sessions import Store
+from pisessfs.store import DiskStore
 from pisessfs.view import Key, NotFound, View
 
 from .conftest import Mount, drop_caches, mounted, named, need, wait_for
@@ -93,8 +95,24 @@ def forks(root: Path) -> list[Path]:
     return out
 
 
-def entries(cache: Path) -> list[Path]:
-    return sorted(cache.glob("*" + disk.SUFFIX))
+def database(cache: Path) -> sqlite3.Connection:
+    return sqlite3.connect(cache / store.DB_NAME, isolation_level=None)
+
+
+def entries(cache: Path) -> list[str]:
+    """The session files the disk cache holds an entry of."""
+    if not (cache / store.DB_NAME).exists():
+        return []
+    with contextlib.closing(database(cache)) as db:
+        rows = db.execute("SELECT path FROM entries").fetchall()
+    return sorted(bytes(p).decode("utf-8", "surrogatepass") for (p,) in rows)
+
+
+def kept_names(cache: Path) -> set[str]:
+    """The session files whose names the disk cache keeps."""
+    with contextlib.closing(database(cache)) as db:
+        rows = db.execute("SELECT path FROM heads").fetchall()
+    return {bytes(p).decode("utf-8", "surrogatepass") for (p,) in rows}
 
 
 def hostile(root: Path) -> None:
@@ -123,16 +141,27 @@ def hostile(root: Path) -> None:
         (folder / f"{stem}.jsonl").write_bytes(data)
 
 
-def reframed(entry: Path, change: Callable[[dict[str, Any]], None]) -> None:
-    """Change the header of a disk cache entry, keeping it a sound entry otherwise."""
-    data = entry.read_bytes()
-    start = len(disk.MAGIC) + 8
-    size = int.from_bytes(data[len(disk.MAGIC) : start], "little")
-    head = orjson.loads(data[start : start + size])
-    body = data[start + size :]
-    change(head)
-    layout = {k: [off - start - size, n] for k, (off, n) in head.pop("files").items()}
-    entry.write_bytes(disk.DiskCache._framed(head, layout, len(body))[0] + body)
+def damaged(cache: Path, path: str, answers: bytes | None = None, files: str = "") -> None:
+    """Give ``path``'s entry other ``answers`` (its size said right), or other ``files``,
+    keeping the database sound."""
+    key = path.encode("utf-8", "surrogatepass")
+    with contextlib.closing(database(cache)) as db:
+        (where,) = db.execute("SELECT files FROM entries WHERE path = ?", (key,)).fetchone()
+        if answers is not None:
+            where = json.loads(where)
+            text = where[store.ANSWERS][0]
+            db.execute("UPDATE texts SET data = ? WHERE id = ?", (answers, text))
+            where = json.dumps({**where, store.ANSWERS: [text, len(answers)]})
+        db.execute("UPDATE entries SET files = ? WHERE path = ?", (files or where, key))
+
+
+def answers_of(cache: Path, path: str) -> Any:
+    key = path.encode("utf-8", "surrogatepass")
+    with contextlib.closing(database(cache)) as db:
+        (where,) = db.execute("SELECT files FROM entries WHERE path = ?", (key,)).fetchone()
+        text = json.loads(where)[store.ANSWERS][0]
+        (data,) = db.execute("SELECT data FROM texts WHERE id = ?", (text,)).fetchone()
+    return orjson.loads(data)
 
 
 @pytest.fixture
@@ -155,7 +184,8 @@ def test_a_second_mount_answers_from_the_cache_what_parsing_gives(
     assert len(parsed(log1)) >= len(sessions)  # the first mount parsed every one
     assert len(entries(cache)) == len(sessions)  # and saved them, the fork too
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
-    assert {stat.S_IMODE(p.stat().st_mode) for p in entries(cache)} == {0o600}
+    files = [cache / (store.DB_NAME + end) for end in ("", "-wal", "-shm")]
+    assert {stat.S_IMODE(p.stat().st_mode) for p in files if p.exists()} == {0o600}
 
     second, log2 = walked(corpus, cache)
     fresh, _ = walked(corpus, tmp_path / "other", "--disk-cache", "off")
@@ -272,13 +302,12 @@ def test_a_session_that_changed_is_parsed_again_and_shows_its_change(
 def test_a_session_deleted_between_mounts_leaves_no_entry(corpus: Path, cache: Path) -> None:
     walked(corpus, cache)
     gone = next(p for p in corpus.rglob("*.jsonl") if p.name.endswith("_h1.jsonl"))
-    name = disk.DiskCache(str(cache), 1 << 30, "", "").name(str(gone))
-    assert (cache / name).exists()
+    assert str(gone) in entries(cache)
     gone.unlink()
     with mounted(corpus, "--disk-cache", str(cache)) as m:
-        wait_for(lambda: not (cache / name).exists(), 10, "the entry of the deleted session")
+        wait_for(lambda: str(gone) not in entries(cache), 10, "the entry of the deleted session")
         wait_for(
-            lambda: os.fsencode(gone.name) not in names_file(cache).read_bytes(),
+            lambda: str(gone) not in kept_names(cache),
             10,
             "the deleted session's name gone from the cache",
         )
@@ -291,30 +320,47 @@ def test_a_session_trashed_through_the_mount_loses_its_entry(
 ) -> None:
     walked(corpus, cache)
     session = next(p for p in corpus.rglob("*.jsonl") if p.name.endswith("_h1.jsonl"))
-    name = disk.DiskCache(str(cache), 1 << 30, "", "").name(str(session))
+    assert str(session) in entries(cache)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     with mounted(corpus, "--disk-cache", str(cache)) as m:
         folder = named(m.path / "hostile" / H1)
         subprocess.run(["rm", "-r", str(folder)], check=True)
         assert not session.exists()
-        wait_for(lambda: not (cache / name).exists(), 10, "the trashed session's entry gone")
+        wait_for(lambda: str(session) not in entries(cache), 10, "the trashed session's entry")
     finished(m)
-    assert not (cache / name).exists()
+    assert str(session) not in entries(cache)
 
 
 @pytest.mark.warns
 def test_damaged_entries_are_not_used_and_removed(corpus: Path, cache: Path) -> None:
     first, _ = walked(corpus, cache)
     saved = entries(cache)
-    saved[0].write_bytes(saved[0].read_bytes()[:-10])  # cut short
-    saved[1].write_bytes(b"garbage")
-    reframed(saved[2], lambda head: head["answers"].update(attrs=[[1, 2]]))  # a sound frame
-    reframed(saved[3], lambda head: head.update(answers=[]))  # (not a dict)
+    damaged(cache, saved[0], answers=b"garbage")
+    damaged(cache, saved[1], files="garbage")
+    damaged(cache, saved[2], answers=orjson.dumps({**answers_of(cache, saved[2]), "attrs": [[1]]}))
+    damaged(cache, saved[3], answers=b"[]")  # (not a dict)
     second, log = walked(corpus, cache)
     assert second == first
     assert len(parsed(log)) == 4  # those four parsed again ...
-    assert "is not sound" in log  # (the two whose frame holds: read, then refused)
-    assert len(entries(cache)) == len(saved)  # ... and saved anew
+    assert "is not sound" in log and "is unreadable" in log
+    assert entries(cache) == saved  # ... and saved anew
+
+
+@pytest.mark.warns
+def test_a_damaged_database_is_made_anew(corpus: Path, cache: Path) -> None:
+    """A database that is not one (a disk error, a file written over) is made anew: the
+    mount shows what a fresh one does, names its sessions from their files and keeps it
+    all again."""
+    first, _ = walked(corpus, cache)
+    (cache / store.DB_NAME).write_bytes(b"garbage" * 1000)
+    for end in ("-wal", "-shm"):
+        (cache / (store.DB_NAME + end)).unlink(missing_ok=True)
+    second, log = walked(corpus, cache)
+    assert second == first
+    assert "is unreadable" in log and "made anew" in log
+    assert log.count(HEAD_READ) == len(list(corpus.rglob("*.jsonl")))
+    assert len(entries(cache)) == len(list(corpus.rglob("*.jsonl")))
+    assert kept_names(cache)
 
 
 def test_the_cache_is_under_xdg_cache_home_unless_off(corpus: Path) -> None:
@@ -558,14 +604,14 @@ def _one_session(tmp_path: Path, messages: int = 30) -> tuple[Path, Path]:
     return root, path
 
 
-def _view_on(root: Path, cache: Path) -> tuple[Store, View, disk.DiskCache]:
+def _view_on(root: Path, cache: Path) -> tuple[Store, View, DiskStore]:
     """The core of a mount of ``root`` on disk cache ``cache``, without FUSE."""
-    store = Store(str(root))
-    v = View(store)
-    c = disk.DiskCache(str(cache), 1 << 30, disk.code_mark(), store.root)
+    parsed = Store(str(root))
+    v = View(parsed)
+    c = DiskStore(str(cache), 1 << 30, store.code_mark(), parsed.root)
     assert c.open()
-    v.disk = store.disk = c
-    return store, v, c
+    v.disk = parsed.disk = c
+    return parsed, v, c
 
 
 def _listing(v: View, path: Path) -> tuple[int, dict[str, Any]]:
@@ -590,7 +636,7 @@ def test_a_drop_wins_over_a_save_still_queued(tmp_path: Path) -> None:
         assert v.save(s)
         c.drop(str(path))
         c.settle()
-        assert not (tmp_path / "cache" / c.name(str(path))).exists()
+        assert entries(tmp_path / "cache") == []
     c.close()
 
 
@@ -675,19 +721,19 @@ def test_the_session_names_count_against_the_cap_and_in_status(tmp_path: Path) -
     """The root's session names file is part of what the cache takes: ``pisessfs status``
     shows it, and the cap makes room for it (the oldest entries go first)."""
     folder = str(tmp_path / "cache")
-    c = disk.DiskCache(folder, 1 << 30, "mark", str(tmp_path))
+    c = DiskStore(folder, 1 << 30, "mark", str(tmp_path))
     assert c.open()
     assert c.total_bytes() == 0
     row = [[1, 2, 3, 4, 5], "a name " * 200, "sid", "/cwd", False]
     c.keep_heads({str(tmp_path / f"s{i}.jsonl"): row for i in range(50)})
-    names = [p for p in os.listdir(folder) if p.endswith(disk.NAMES)]
-    size = os.path.getsize(os.path.join(folder, names[0]))
-    assert size > 50 * 1400 and c.total_bytes() == size
+    assert c.settle(10)
+    size = c.total_bytes()
+    assert size > 50 * 1400
     c.close(10)
-    again = disk.DiskCache(folder, size + 100, "mark", str(tmp_path))  # (room for the names)
+    again = DiskStore(folder, size + 100, "mark", str(tmp_path))  # (room for the names)
     assert again.open()
     assert again.total_bytes() == size and len(again.heads) == 50
-    tree: disk.File = ([(0, b"t" * 1000, False)], 1000)
+    tree: store.File = ([(0, b"t" * 1000, False)], 1000)
     assert again.save(str(tmp_path / "s0.jsonl"), [1], {}, {"tree": tree})
     assert again.settle(10)
     assert len(again) == 0 and again.total_bytes() == size  # (the entry did not fit beside them)
@@ -697,7 +743,7 @@ def test_the_session_names_count_against_the_cap_and_in_status(tmp_path: Path) -
 def test_the_save_at_unmount_gives_up_after_its_time(tmp_path: Path) -> None:
     """A writer still busy (a big session's conversation.md made again) when the unmount's
     time is up is left behind: the daemon exits before a service manager kills it."""
-    c = disk.DiskCache(str(tmp_path / "cache"), 1 << 30, "mark", str(tmp_path))
+    c = DiskStore(str(tmp_path / "cache"), 1 << 30, "mark", str(tmp_path))
     assert c.open()
     gate = threading.Event()
 
@@ -739,11 +785,6 @@ def test_a_session_dropped_in_this_mount_is_read_from_its_new_entry(tmp_path: Pa
 HEAD_READ = ": head read"  # sessions.py: "<path>: head read" (a session named from its file)
 
 
-def names_file(cache: Path) -> Path:
-    (found,) = cache.glob("*" + disk.NAMES)
-    return found
-
-
 def test_a_later_mount_names_its_sessions_without_reading_them(
     corpus: Path, cache: Path, tmp_path: Path
 ) -> None:
@@ -758,7 +799,7 @@ def test_a_later_mount_names_its_sessions_without_reading_them(
     first, log1 = walked(corpus, cache)
     sessions = list(corpus.rglob("*.jsonl"))
     assert log1.count(HEAD_READ) == len(sessions)
-    assert stat.S_IMODE(names_file(cache).stat().st_mode) == 0o600
+    assert kept_names(cache) == {str(p) for p in sessions}
     assert any(k.endswith("-young0") for k in first)  # (no user message: no slug yet)
 
     line = {
@@ -786,28 +827,31 @@ def test_a_session_deleted_while_mounted_loses_its_kept_name(corpus: Path, cache
     takes its name out of the cache at once, not at the next unmount."""
     walked(corpus, cache)
     gone = next(p for p in corpus.rglob("*.jsonl") if p.name.endswith("_h1.jsonl"))
-    assert os.fsencode(gone.name) in names_file(cache).read_bytes()
+    assert str(gone) in kept_names(cache)
     with mounted(corpus, "--disk-cache", str(cache)) as m:
         seen(m.path)
         gone.unlink()
         wait_for(
-            lambda: os.fsencode(gone.name) not in names_file(cache).read_bytes(),
+            lambda: str(gone) not in kept_names(cache),
             10,
             "the deleted session's name gone from the cache",
         )
     finished(m)
-    assert os.fsencode(gone.name) not in names_file(cache).read_bytes()
+    assert str(gone) not in kept_names(cache)
 
 
 @pytest.mark.warns
 def test_damaged_kept_names_are_not_used(corpus: Path, cache: Path) -> None:
     first, _ = walked(corpus, cache)
-    names_file(cache).write_bytes(b"garbage")
+    with contextlib.closing(database(cache)) as db:
+        db.execute("UPDATE heads SET row = ?", (b"garbage",))
     second, log = walked(corpus, cache)
     assert second == first
-    assert "session names are unreadable" in log
+    assert "kept session names are unreadable" in log
     assert log.count(HEAD_READ) == len(list(corpus.rglob("*.jsonl")))
-    assert orjson.loads(names_file(cache).read_bytes()[len(disk.MAGIC) + 8 :])["heads"]
+    with contextlib.closing(database(cache)) as db:
+        rows = db.execute("SELECT row FROM heads").fetchall()
+    assert rows and all(isinstance(orjson.loads(r), list) for (r,) in rows)
 
 
 def test_a_kept_name_never_shows_what_a_folder_opened_since_lets_others_list(
@@ -867,16 +911,22 @@ def test_listing_a_project_reads_its_sessions_entries_ahead(
     for n in range(count):
         shutil.copyfile(source, big / f"2026-03-02T09-14-{n:02d}-120Z_m{n}.jsonl")
     walked(corpus, cache)
-    ours = [cache / disk.DiskCache(str(cache), 1 << 30, "", "").name(str(p)) for p in big.iterdir()]
-    assert all(p.exists() for p in ours)
+    ours = {str(p) for p in big.iterdir()}
+    assert ours <= set(entries(cache))
+    with contextlib.closing(database(cache)) as db:
+        sizes = db.execute("SELECT path, length(data) FROM texts").fetchall()  # (answers too)
+    mine = [int(n) for p, n in sizes if bytes(p).decode("utf-8", "surrogatepass") in ours]
+    ahead = sum(min(n, store.PREFETCH) for n in mine)
+    db_file = cache / store.DB_NAME
     with mounted(corpus, "--disk-cache", str(cache)) as m:
         drop_caches("1")
-        assert sum(map(resident, ours)) == 0
-        seen: set[Path] = set()
+        before = resident(db_file)
+        most = 0
 
         def all_read_ahead() -> bool:  # (this machine's reclaim may drop them again soon)
-            seen.update(p for p in ours if resident(p))
-            return len(seen) == len(ours)
+            nonlocal most
+            most = max(most, resident(db_file) - before)
+            return most >= ahead
 
         os.listdir(m.path / "many")
         wait_for(all_read_ahead, 10, "the entries of the listed project in the page cache")

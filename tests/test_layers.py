@@ -38,7 +38,7 @@ ORDER = [
     "errors",
     "sessions",
     "shelf",
-    "disk",
+    "store",
     "heads",
     "files",
     "inotify",
