@@ -40,7 +40,7 @@ from typing import Any
 
 import orjson
 
-from . import writer
+from . import layout, writer
 from .kind import Kind
 from .model import js_trim
 from .sessions import Loaded
@@ -173,7 +173,7 @@ class Actions:
     def _current(self, s: Loaded, key: Key, name: str) -> str | None:
         if name == NAME:
             return writer.pi_name(s)
-        return s.index.labels.get(self.view.label_target(s, key))
+        return s.index.labels.get(layout.label_target(s, key))
 
     def _change(self, key: Key, name: str, text: str) -> Change | None:
         s = self.view.session(key)
@@ -188,7 +188,7 @@ class Actions:
                 lambda s: writer.prepare_entry(s, "session_info", {"name": text}),
                 f"name {text!r}" if text else "a cleared name",
             )
-        eid = self.view.label_target(s, key)
+        eid = layout.label_target(s, key)
         if not writer.has_own_id(s, eid):
             log.warning("label refused (EINVAL): entry %s has no id of its own in the file", eid)
             raise BadValue(key.path, f"entry {eid} has no id Pi could point at")
@@ -272,8 +272,8 @@ class Actions:
         self.walks.forget(path)
         view = self.view
         view.store.forget(path)
-        for folder in [k for k in view.overlays if k.path == path]:
-            del view.overlays[folder]  # scratch files of its folders went with it
+        for folder in [k for k in view.scratch.overlays if k.path == path]:
+            del view.scratch.overlays[folder]  # scratch files of its folders went with it
         view.changed_session(path)
         up = os.path.dirname(path)
         ino = ROOT_INO if up == view.store.root else view.known(Key(Kind.PROJECT, up))

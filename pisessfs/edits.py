@@ -100,7 +100,7 @@ class Editor:
         binding = self._binding_for_new(folder, name)
         node = self._new_node(stat.S_IFREG | (mode & 0o7777), uid, gid)
         node.binding = binding
-        self.view.link(node, folder, name)
+        self.view.scratch.link(node, folder, name)
         self.handles[fh] = Handle(node.ino, node, None, binding, False, folder)
         return self.view.getattr(node.ino)
 
@@ -108,11 +108,11 @@ class Editor:
         folder = self._entry_folder(parent, f"symlink {name}")
         node = self._new_node(stat.S_IFLNK | 0o777, uid, gid)
         node.target = target
-        self.view.link(node, folder, name)
+        self.view.scratch.link(node, folder, name)
         return self.view.getattr(node.ino)
 
     def _new_node(self, mode: int, uid: int, gid: int) -> Node:
-        node = self.view.new_node(mode)
+        node = self.view.scratch.new_node(mode)
         if uid >= 0:
             node.uid = uid
         if gid >= 0:
@@ -127,7 +127,7 @@ class Editor:
         return folder
 
     def _binding_for_new(self, folder: Key, name: str) -> Binding | None:
-        ov = self.view.overlays.get(folder)
+        ov = self.view.scratch.overlays.get(folder)
         s = self.view.session(folder)
         if ov is not None and name in ov.whiteouts:
             # re-created after a rename-away (vim, emacs): saving it edits that message
@@ -168,7 +168,7 @@ class Editor:
         writing = bool(flags & _WRITE_FLAGS)
         append = bool(flags & os.O_APPEND)
         if key.kind == Kind.SCRATCH:
-            node = self.view.nodes[ino]
+            node = self.view.scratch.nodes[ino]
             if writing and flags & os.O_TRUNC:
                 node.truncate(0)
             self.handles[fh] = Handle(ino, node, None, node.binding, append)
@@ -272,7 +272,7 @@ class Editor:
         are accepted (editors copy a file's mode and owner onto its new version), to
         anything else refused (EPERM: modes and owners are the session file's)."""
         h = self.handles.get(fh) if fh is not None else None
-        node = self.view.nodes.get(ino)
+        node = self.view.scratch.nodes.get(ino)
         if node is None:
             self._same_owner_and_mode(ino, mode, uid, gid)
         if size is not None:
@@ -355,8 +355,8 @@ class Editor:
         if node is None or node.binding is None:
             return
         for folder, name in list(node.links):
-            self.view.unlink(node, folder, name)
-            self.view.whiteout(folder, name, False)
+            self.view.scratch.unlink(node, folder, name)
+            self.view.scratch.whiteout(folder, name, False)
 
     def _job(
         self, binding: Binding, data: bytes, node: Node | None, folder: Key | None, name: str | None
@@ -425,20 +425,20 @@ class Editor:
                 h.dirty = False  # bytes written meanwhile are still to be saved
         links = list(job.node.links) if job.node is not None else []
         if job.node is not None:
-            self.view.unlink_everywhere(job.node)
+            self.view.scratch.unlink_everywhere(job.node)
         if job.node is not None and (binding.edit_of is None or binding.alias):
             # A new message: its name now stands for that message, in its own leaf folder
             # (where current/ leads), and saving it again edits it.
             binding.edit_of = new
             binding.alias = True
-            self.view.link(job.node, new_folder, links[0][1] if links else f"{new}.md")
+            self.view.scratch.link(job.node, new_folder, links[0][1] if links else f"{new}.md")
         else:
             for folder, name in links:  # an edit: the old folder shows the original again
-                self.view.whiteout(folder, name, False)
+                self.view.scratch.whiteout(folder, name, False)
             if job.node is not None:
                 self._drop(job.node)
         if job.folder is not None and job.name is not None:
-            self.view.whiteout(job.folder, job.name, False)
+            self.view.scratch.whiteout(job.folder, job.name, False)
         binding.baseline = job.data
         if job.old_current is not None and self._through_current(job, s):
             self._follow(job.old_current, new_folder)
@@ -458,12 +458,12 @@ class Editor:
     def _follow(self, old: Key, new: Key) -> None:
         """Scratch files of the folder ``current`` showed follow it to the new leaf, so that
         an editor working through ``current/`` finds (and deletes) its swap and backup."""
-        ov = self.view.overlays.get(old)
+        ov = self.view.scratch.overlays.get(old)
         if ov is None:
             return
         for name, node in list(ov.names.items()):
             if node.binding is None:
-                self.view.link(node, new, name)
+                self.view.scratch.link(node, new, name)
 
     def release(self, fh: int) -> Job | None:
         """A last chance to commit (errors here are lost: flush already tried)."""
@@ -487,21 +487,23 @@ class Editor:
             # An unchanged save over a message (vim's rename-away and re-create): the stand-in
             # goes and the message shows again, with its own inode, times and id.
             for folder, name in list(node.links):
-                ov = self.view.overlays.get(folder)
+                ov = self.view.scratch.overlays.get(folder)
                 if ov is not None and name in ov.whiteouts:
-                    self.view.unlink(node, folder, name)
-                    self.view.whiteout(folder, name, False)
+                    self.view.scratch.unlink(node, folder, name)
+                    self.view.scratch.whiteout(folder, name, False)
         self._drop(node)
 
     def _open(self, node: Node) -> bool:
         return any(o.node is node for o in self.handles.values())
 
     def _drop(self, node: Node) -> None:
-        self.view.drop_if_unused(node, {o.node.ino for o in self.handles.values() if o.node})
+        self.view.scratch.drop_if_unused(
+            node, {o.node.ino for o in self.handles.values() if o.node}
+        )
 
     def forget(self, ino: int) -> None:
         """The kernel dropped ``ino``: a scratch node it named can go once unlinked."""
-        node = self.view.nodes.get(ino)
+        node = self.view.scratch.nodes.get(ino)
         if node is not None:
             node.forgotten = True
             self._drop(node)
@@ -510,13 +512,13 @@ class Editor:
 
     def unlink(self, parent: int, name: str) -> None:
         folder = self.view.key(parent)
-        ov = self.view.overlays.get(folder)
+        ov = self.view.scratch.overlays.get(folder)
         node = ov.names.get(name) if ov is not None else None
         if node is not None:
-            self.view.unlink_everywhere(node)
+            self.view.scratch.unlink_everywhere(node)
             self._drop(node)
             if node.snapshot_of is not None and ov is not None and node.snapshot_of not in ov.names:
-                self.view.whiteout(folder, node.snapshot_of, False)  # the original is back
+                self.view.scratch.whiteout(folder, node.snapshot_of, False)  # the original is back
             return
         if ov is not None and name in ov.whiteouts:
             raise NotFound(name)
@@ -529,7 +531,7 @@ class Editor:
         if flags & RENAME_EXCHANGE:
             raise Invalid("RENAME_EXCHANGE")
         src, dst = self.view.key(p_old), self.view.key(p_new)
-        ov = self.view.overlays.get(src)
+        ov = self.view.scratch.overlays.get(src)
         node = ov.names.get(old) if ov is not None else None
         if node is None:
             if flags & RENAME_NOREPLACE and self._target(p_new, dst, new) is not None:
@@ -547,12 +549,12 @@ class Editor:
             if binds_message(new) and dst == src:
                 # A saved new file renamed to another message name (a draft named at the
                 # end): the same message under its new name, saved once.
-                self.view.unlink(node, src, old)
-                self.view.link(node, dst, new)
+                self.view.scratch.unlink(node, src, old)
+                self.view.scratch.link(node, dst, new)
                 return None
             ov.reserved[old] = node.binding  # vim moves a saved file aside, then re-creates it
             node.binding = None  # what moved is a backup copy now
-        self.view.unlink(node, src, old)
+        self.view.scratch.unlink(node, src, old)
         if (
             target is None
             and dst.kind == Kind.ENTRY
@@ -561,13 +563,13 @@ class Editor:
         ):
             s = self.view.session(dst)
             node.binding = Binding(s.path, s.epoch, dst.eid, None, b"")
-            self.view.link(node, dst, new)
+            self.view.scratch.link(node, dst, new)
             return self._job(node.binding, bytes(node.data), node, dst, None)
-        self.view.link(node, dst, new)
+        self.view.scratch.link(node, dst, new)
         return None
 
     def _target(self, parent: int, folder: Key, name: str) -> Key | Node | None:
-        ov = self.view.overlays.get(folder)
+        ov = self.view.scratch.overlays.get(folder)
         if ov is not None:
             if name in ov.names:
                 return ov.names[name]
@@ -579,7 +581,7 @@ class Editor:
             return None
 
     def _whited_out(self, folder: Key, name: str) -> bool:
-        ov = self.view.overlays.get(folder)
+        ov = self.view.scratch.overlays.get(folder)
         return ov is not None and name in ov.whiteouts and name not in ov.names
 
     def _save_over(self, src: Key, old: str, dst: Key, new: str, node: Node) -> Job | None:
@@ -587,14 +589,14 @@ class Editor:
         s = self.view.session(dst)
         binding = self._edit_binding(s, self._message_key(dst, new))
         job = self._job(binding, bytes(node.data), None, dst, new)
-        self.view.unlink(node, src, old)  # the temp file is consumed by the save
+        self.view.scratch.unlink(node, src, old)  # the temp file is consumed by the save
         self._drop(node)
         if job is None:
-            self.view.whiteout(dst, new, False)
+            self.view.scratch.whiteout(dst, new, False)
         return job
 
     def _rename_message_away(self, p_old: int, src: Key, old: str, dst: Key, new: str) -> None:
-        ov = self.view.overlays.get(src)
+        ov = self.view.scratch.overlays.get(src)
         if ov is not None and old in ov.whiteouts:
             raise NotFound(old)
         key = self.view.child_key(p_old, old)
@@ -607,8 +609,8 @@ class Editor:
             raise CrossFolder(new)
         # Editors move the original aside before writing a new one: keep a copy under the new
         # name and hide the message name until it is written again.
-        copy = self.view.new_node(stat.S_IFREG | 0o644)
+        copy = self.view.scratch.new_node(stat.S_IFREG | 0o644)
         copy.data = bytearray(self.view.content(self.view.ino(key)))
         copy.snapshot_of = old
-        self.view.whiteout(src, old, True)
-        self.view.link(copy, dst, new)
+        self.view.scratch.whiteout(src, old, True)
+        self.view.scratch.link(copy, dst, new)

@@ -21,9 +21,11 @@ import os
 import posixpath
 import stat
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
+from . import writer
 from .errors import IsADir, NotADir, NotALink, NotFound
 from .handles import Snapshot
 from .kind import Kind
@@ -137,9 +139,6 @@ class NodeKind:
     def prepare(self, v: View, key: Key) -> Work | None:
         """Work still to do before a node of no session answers."""
         return None
-
-    def before_copy(self, v: View, s: Loaded) -> None:
-        """Ready the live state ``s`` before a thread renders this file from a copy of it."""
 
 
 HEADS_INLINE = 8  # new session files whose heads are read on the loop; more: in a thread
@@ -265,7 +264,7 @@ class Session(NodeKind):
             "user.pi.session": utf8(header.session_id if header else ""),
             "user.pi.file": os.fsencode(key.path),
         }
-        name = v.session_name(s)
+        name = session_name(s)
         if name is not None:
             out["user.pi.name"] = utf8(name)
         return out
@@ -274,7 +273,7 @@ class Session(NodeKind):
         # A listing shows the sizes of the whole-session files: rendered first.
         if r.listing:
             for k in WHOLE_KINDS:
-                work = v.render_step(r.sf, r.s, k, r.waited)
+                work = v.wholes.render_step(r.sf, r.s, k, r.waited)
                 if work is not None:
                     return work
         return None
@@ -309,15 +308,15 @@ class Leaves(_IdFolder):
         s = v.session(key)
         if name.endswith(VIEW_SUFFIX):
             with contextlib.suppress(NotFound):  # (else an id ending in .md itself)
-                eid = v.leaf_by_name(s, name[: -len(VIEW_SUFFIX)])
+                eid = v.texts.leaf_by_name(s, name[: -len(VIEW_SUFFIX)])
                 return key._replace(kind=Kind.LEAF_VIEW, epoch=s.epoch, eid=eid)
-        return key._replace(kind=Kind.LEAF, epoch=s.epoch, eid=v.leaf_by_name(s, name))
+        return key._replace(kind=Kind.LEAF, epoch=s.epoch, eid=v.texts.leaf_by_name(s, name))
 
     def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
         s = v.session(key)
         out: list[tuple[str, Key]] = []
-        for leaf in v.listed(s):
-            name = v.folder_name(s, leaf)
+        for leaf in v.texts.listed(s):
+            name = v.texts.folder_name(s, leaf)
             link = key._replace(kind=Kind.LEAF, epoch=s.epoch, eid=leaf)
             out += [(name, link), (name + VIEW_SUFFIX, link._replace(kind=Kind.LEAF_VIEW))]
         return out
@@ -335,9 +334,9 @@ class Nodes(_IdFolder):
         s = v.session(key)
         kind, eid = Kind.ENTRY, None
         if name.endswith(VIEW_SUFFIX):
-            kind, eid = Kind.BRANCH, v.id_named(s, name[: -len(VIEW_SUFFIX)])
+            kind, eid = Kind.BRANCH, v.texts.id_named(s, name[: -len(VIEW_SUFFIX)])
         if eid is None:  # (an id ending in .md itself: its folder, when no view is)
-            kind, eid = Kind.ENTRY, v.id_named(s, name)
+            kind, eid = Kind.ENTRY, v.texts.id_named(s, name)
         if eid is None:
             raise NotFound(name)
         return key._replace(kind=kind, epoch=s.epoch, eid=eid)
@@ -354,18 +353,18 @@ class EntryFolder(NodeKind):
     immutable = True
 
     def child(self, v: View, key: Key, name: str) -> Key:
-        return v.file_named(v.session(key), key, name)
+        return v.texts.file_named(v.session(key), key, name)
 
     def xattrs(self, v: View, key: Key) -> dict[str, bytes]:
-        return v.entry_xattrs(key)
+        return entry_xattrs(v, key)
 
     def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
-        return v.files(v.session(key), key)
+        return v.texts.files(v.session(key), key)
 
     def attr(self, v: View, ino: int, key: Key) -> Attr:
         s = v.session(key)
         assert s.ident is not None
-        ns = v.entry_ns(s, key.eid)
+        ns = v.texts.entry_ns(s, key.eid)
         return v.bounded(ino, stat.S_IFDIR | 0o777, s.ident, 0, ns, 2, True)
 
 
@@ -381,21 +380,23 @@ class Message(NodeKind):
     def attr(self, v: View, ino: int, key: Key) -> Attr:
         s = v.session(key)
         assert s.ident is not None
-        e = v.entry(s, key.eid)
+        e = v.texts.entry(s, key.eid)
         mode = 0o666 if e.kind == "user" and key.k == 0 else 0o444
         size = len(self.content(v, key))
-        return v.bounded(ino, stat.S_IFREG | mode, s.ident, size, v.entry_ns(s, key.eid), 1, True)
+        return v.bounded(
+            ino, stat.S_IFREG | mode, s.ident, size, v.texts.entry_ns(s, key.eid), 1, True
+        )
 
     def content(self, v: View, key: Key) -> bytes:
-        text, images = v.rendered(v.session(key), key._replace(k=0))
+        text, images = v.texts.rendered(v.session(key), key._replace(k=0))
         if not key.k:
             return text
         return images[key.k - 1][1] if key.k <= len(images) else b""
 
     def xattrs(self, v: View, key: Key) -> dict[str, bytes]:
-        out = v.entry_xattrs(key)
+        out = entry_xattrs(v, key)
         s = v.session(key)
-        msg = message_of(s.parsed(v.entry(s, key.eid)))
+        msg = message_of(s.parsed(v.texts.entry(s, key.eid)))
         call = msg.get("toolCallId")
         if msg.get("role") == "toolResult" and isinstance(call, str):
             out["user.pi.call"] = utf8(call)  # the id the text leaves out
@@ -411,18 +412,18 @@ class Branch(NodeKind):
     def attr(self, v: View, ino: int, key: Key) -> Attr:
         s = v.session(key)
         assert s.ident is not None
-        size = v.branch_size(s, key.eid)  # without making the text: rg stats every link
-        ns = v.entry_ns(s, key.eid)
+        size = v.texts.branch_size(s, key.eid)  # without making the text: rg stats every link
+        ns = v.texts.entry_ns(s, key.eid)
         return v.bounded(ino, stat.S_IFREG | 0o444, s.ident, size, ns, 1, True)
 
     def content(self, v: View, key: Key) -> bytes:
-        return v.branch_text(v.session(key), key.eid)
+        return v.texts.branch_text(v.session(key), key.eid)
 
     def xattrs(self, v: View, key: Key) -> dict[str, bytes]:
-        return v.entry_xattrs(key)
+        return entry_xattrs(v, key)
 
     def step(self, v: View, r: Request) -> Work | None:
-        return v.branch_step(r.s, r.key.eid, whole=not r.attr_only)
+        return v.texts.branch_step(r.s, r.key.eid, whole=not r.attr_only)
 
 
 class Whole(NodeKind):
@@ -438,11 +439,11 @@ class Whole(NodeKind):
         return hit is not None and hit[0] == s.version
 
     def content(self, v: View, key: Key) -> bytes:
-        return v.session_text(v.session(key), self.name)
+        return v.wholes.session_text(v.session(key), self.name)
 
     def step(self, v: View, r: Request) -> Work | None:
         # A lookup waits for the rendering too: the size the kernel keeps must be exact.
-        return v.render_step(r.sf, r.s, self.name, r.waited)
+        return v.wholes.render_step(r.sf, r.s, self.name, r.waited)
 
 
 class Tree(Whole):
@@ -461,19 +462,13 @@ class ConversationFile(Whole):
     grows = Growth.ATTRS  # what the page cache holds of it stays right
 
     def size(self, v: View, key: Key) -> int:
-        return v.conv_size(v.session(key))
+        return v.wholes.conv_size(v.session(key))
 
     def content(self, v: View, key: Key) -> bytes:
-        return v.conv_text(v.session(key))
+        return v.wholes.conv_text(v.session(key))
 
     def opened(self, v: View, key: Key) -> Snapshot:
-        return v.conv_snapshot(v.session(key))
-
-    def before_copy(self, v: View, s: Loaded) -> None:
-        # Its text is grown in place: made on the live state, every copy shares it, and
-        # renders that overlap (a second request while the session grew) add to one text
-        # and agree on its size.
-        v.conversation(s)
+        return v.wholes.conv_snapshot(v.session(key))
 
 
 WHOLE_KINDS = (Kind.CONVERSATION, Kind.TREE, Kind.JSON)
@@ -524,7 +519,7 @@ class Current(_Link):
         resume = s.index.resume
         if resume is None:
             raise NotFound(key)
-        return v.folder_of(s, resume)
+        return v.texts.folder_of(s, resume)
 
 
 class CurrentView(Current):
@@ -697,13 +692,13 @@ class Scratch(NodeKind):
         return False  # in memory only, and short-lived
 
     def attr(self, v: View, ino: int, key: Key) -> Attr:
-        return v.scratch_attr(ino)
+        return v.scratch.attr(ino)
 
     def content(self, v: View, key: Key) -> bytes:
-        return bytes(v.scratch(key).data)
+        return bytes(v.scratch.node_of(key).data)
 
     def target(self, v: View, key: Key) -> bytes:
-        node = v.scratch(key)
+        node = v.scratch.node_of(key)
         if not node.is_link:
             raise NotALink(key)
         return node.target
@@ -724,3 +719,40 @@ KINDS: dict[Kind, NodeKind] = {
         LeafViewLink(), RawLink(), Alias(), Latest(), Parent(), Scratch(),
     )
 }  # fmt: skip
+
+
+def entry_xattrs(v: View, key: Key) -> dict[str, bytes]:
+    """An entry node's: its id, and its label if it has one."""
+    out = {"user.pi.id": utf8(key.eid)}
+    s = v.session(key)
+    label = _labels(s).get(label_target(s, key))
+    if isinstance(label, str):
+        out["user.pi.label"] = utf8(label)
+    return out
+
+
+def session_name(s: Loaded) -> str | None:
+    """The name Pi shows for the session (Pi's harness storage: its name fact)."""
+    if s.parser.harness is not None:
+        name = s.parser.harness_info.get("name")
+        return name if isinstance(name, str) and name else None
+    return writer.pi_name(s)
+
+
+def label_target(s: Loaded, key: Key) -> str:
+    """The entry a label on this node is about: a message file's entry; for an entry
+    folder, the entry its files end with (its own, or, when it takes no number, like a
+    label or a name ending a branch, its nearest numbered ancestor), so a folder and its
+    last file carry one label, and ``current`` keeps showing it after a label moved it."""
+    if key.kind == Kind.ENTRY:
+        e = s.index.by_id.get(key.eid)
+        if e is not None and e.kind is None:
+            return s.index.anchor.get(key.eid) or key.eid
+    return key.eid
+
+
+def _labels(s: Loaded) -> Mapping[str, object]:
+    if s.parser.harness is not None:
+        labels = s.parser.harness_info.get("labels")
+        return labels if isinstance(labels, dict) else {}
+    return s.index.labels

@@ -318,11 +318,11 @@ async def _trim(view: View) -> None:
     """Give back what the C heap kept of the parses and renders of a walk (``heap``), every
     ``TRIM_AFTER`` seconds in which some were made: the last trim of a walk comes at most that
     long after it. In a thread: it takes milliseconds."""
-    made = view.made
+    made = view.wholes.made
     while True:
         await trio.sleep(TRIM_AFTER)
-        if view.made != made:
-            made = view.made
+        if view.wholes.made != made:
+            made = view.wholes.made
             said = log.isEnabledFor(logging.DEBUG)
             before = (status.rss(os.getpid()) or 0) if said else 0
             if await trio.to_thread.run_sync(heap.trim, abandon_on_cancel=True) and said:

@@ -5,7 +5,8 @@ This module owns the records only: a :class:`Node` (a scratch file or symlink, p
 whiteouts, and :class:`Binding` (what a commit appends). Nothing here is ever written to a
 session file, and all of it is gone at unmount. Which names bind, when a save commits and
 where nodes go after a commit is decided in ``edits``; how overlays show in listings, in
-``view``.
+``view``. :class:`ScratchLayer` holds them all: the nodes by inode and the overlays by
+folder.
 """
 
 from __future__ import annotations
@@ -13,8 +14,13 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from .errors import NotFound
+from .inodes import Attr, Inodes, Key
+from .kind import Kind
 
 
 @dataclass(slots=True)
@@ -87,3 +93,81 @@ class Overlay:
 def binds_message(name: str) -> bool:
     """Whether a new file of this name becomes a message: ``*.md``, not hidden or ``#``."""
     return name.endswith(".md") and len(name) > 3 and not name.startswith((".", "#"))
+
+
+class ScratchLayer:
+    """The scratch nodes (by inode) and each folder's overlay of names and whiteouts."""
+
+    def __init__(self, inodes: Inodes, relisted: Callable[[int], None]) -> None:
+        """``relisted(ino)``: folder ``ino`` lists other names now (the kernel is told)."""
+        self.inodes, self.relisted = inodes, relisted
+        self.overlays: dict[Key, Overlay] = {}  # entry folder -> its scratch layer
+        self.nodes: dict[int, Node] = {}  # scratch inode -> node
+        self._serial = 0
+
+    def _node(self, ino: int) -> Node:
+        node = self.nodes.get(ino)
+        if node is None:
+            raise NotFound(f"scratch inode {ino} is gone")
+        return node
+
+    def node_of(self, key: Key) -> Node:
+        """The scratch node of ``key``."""
+        return self._node(self.inodes.known(key) or 0)
+
+    def attr(self, ino: int) -> Attr:
+        node = self._node(ino)
+        size = len(node.target if node.is_link else node.data)
+        key = self.inodes.key(ino)
+        return Attr(ino, node.mode, size, node.mtime_ns, 1, False, True, node.uid, node.gid, key)
+
+    def new_node(self, mode: int) -> Node:
+        self._serial += 1
+        node = Node(self.inodes.ino(Key(Kind.SCRATCH, k=self._serial)), mode)
+        self.nodes[node.ino] = node
+        return node
+
+    def link(self, node: Node, folder: Key, name: str) -> None:
+        """Show ``node`` as ``name`` in ``folder`` (replacing a scratch node of that name)."""
+        self._relisted(folder)
+        ov = self.overlays.setdefault(folder, Overlay())
+        old = ov.names.get(name)
+        if old is not None and old is not node:
+            self.unlink(old, folder, name)
+        ov.names[name] = node
+        node.links.add((folder, name))
+
+    def unlink(self, node: Node, folder: Key, name: str) -> None:
+        self._relisted(folder)
+        ov = self.overlays.get(folder)
+        if ov is not None and ov.names.get(name) is node:
+            del ov.names[name]
+            if ov.empty():
+                del self.overlays[folder]
+        node.links.discard((folder, name))
+
+    def drop_if_unused(self, node: Node, open_nodes: set[int]) -> None:
+        """Free a scratch node nobody shows, holds open, or may still name: the kernel can
+        keep a name for it for a moment after a rename over it, until its forget arrives."""
+        if not node.links and node.ino not in open_nodes and node.forgotten:
+            self.nodes.pop(node.ino, None)
+            self.inodes.release(node.ino)
+
+    def unlink_everywhere(self, node: Node) -> None:
+        for folder, name in list(node.links):
+            self.unlink(node, folder, name)
+
+    def whiteout(self, folder: Key, name: str, on: bool) -> None:
+        self._relisted(folder)
+        ov = self.overlays.setdefault(folder, Overlay())
+        (ov.whiteouts.add if on else ov.whiteouts.discard)(name)
+        if ov.empty():
+            del self.overlays[folder]
+
+    def _relisted(self, folder: Key) -> None:
+        """What ``folder`` lists is about to change (a save, a whiteout): the kernel keeps a
+        folder's listing until told (fuse_ops.NO_OPENDIR), and a save at ``flush`` is no
+        change of the folder it would see itself."""
+        n = self.inodes.known(folder)
+        if n is not None:
+            self.relisted(n)

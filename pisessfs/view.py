@@ -32,18 +32,14 @@ import functools
 import logging
 import math
 import os
-import re
 import stat
-import threading
 import time
-import zlib
-from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator, Mapping
+from collections import deque
+from collections.abc import Callable
 from typing import Any, NamedTuple, TypeGuard
 
 import msgspec
 
-from . import onefile, render, summary, writer
 from .errors import (
     Busy,
     Changed,
@@ -58,7 +54,8 @@ from .errors import (
     NotPermitted,
     ViewError,
 )
-from .handles import ConvSnapshot, FileSnapshot, Later, OnDisk, Snapshot, Unshelved
+from .handles import FileSnapshot, Later, OnDisk, Snapshot, Unshelved
+from .inodes import ROOT_INO, Attr, Inodes, Key
 from .kept import Answers, Kept
 from .kind import Kind
 from .layout import (
@@ -72,10 +69,9 @@ from .layout import (
     fork_of,
 )
 from .model import Entry
-from .names import VIEW_SUFFIX, id_name, name_id, utf8
-from .scratch import Node, Overlay
+from .names import VIEW_SUFFIX, id_name
+from .scratch import ScratchLayer
 from .sessions import (
-    INLINE_BYTES,
     RENDERED,
     YIELD,
     Identity,
@@ -86,12 +82,14 @@ from .sessions import (
     Unreadable,
     Work,
     file_ident,
-    no_gc,
 )
 from .shelf import Packed
 from .store import DiskStore, File, Stored, text_in, text_out
+from .texts import Texts
+from .wholes import Wholes
 
 __all__ = [
+    "ROOT_INO",
     "Attr",
     "Busy",
     "Changed",
@@ -113,12 +111,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ROOT_INO = 1
-INO_MASK = (1 << 63) - 1
-#: Numbers named but not (yet) handed to the kernel are dropped once this many more were
-#: named after them, twice over (a listing's names are in its handle's attributes, with
-#: their keys, until the kernel takes them: see ``hold``).
-UNHELD_KEPT = 1 << 17
 #: An invalidation's "name" that asks the kernel to drop an inode's cached bytes as well as
 #: its attributes (no name has a NUL in it).
 PAGES = "\0pages"
@@ -126,46 +118,10 @@ PAGES = "\0pages"
 _GROWING = [(k, node.grows) for k, node in KINDS.items() if node.grows is not Growth.NOTHING]
 #: The kinds of node of a fork that a session file coming or going changes
 _FOLLOWING = [k for k, node in KINDS.items() if node.follows_parent]
-LISTINGS_KEPT = 16  # entry folders' listings kept per session (each is its whole path)
-_NUMBER = re.compile(r"([0-9]{4,})-")  # ASCII only: int() would take any script's digits
 #: Seconds a stat of a session's file vouches for its kept answers: a walk asks
 #: each session six times within a millisecond or so; a change the watcher has not told of
 #: yet shows after this at most (DESIGN's aim for an append: 100 ms).
 KEPT_FRESH = 0.1
-RENDER_LOCKS = 64  # stripes of the lock that makes one render of a file at a time
-CALL_SEARCH = 256  # entries looked at above a tool result for its call (results of one
-# assistant message follow each other; a hostile file gets no further)
-
-
-class Key(NamedTuple):
-    kind: Kind  # what it is: layout.KINDS has its class
-    path: str = ""  # project folder or session file
-    epoch: int = 0
-    eid: str = ""
-    k: int = 0  # 0: the message file, n: its n-th image; a scratch node's serial
-
-
-NO_KEY = Key(Kind.NONE)
-
-
-class Attr(NamedTuple):
-    """What ``stat`` shows; ``immutable`` nodes may be cached by the kernel for long.
-    (A named tuple: a cold walk makes one per name it meets, four times as fast as a frozen
-    dataclass.)"""
-
-    ino: int
-    mode: int
-    size: int
-    mtime_ns: int
-    nlink: int
-    immutable: bool
-    scratch: bool = False  # a scratch name: the kernel asks again at every use
-    uid: int = 0
-    gid: int = 0
-    key: Key = NO_KEY  # what the number names (``hold`` names it again after a sweep)
-
-
-Rendered = tuple[bytes, list[tuple[str, bytes]]]  # a message file's text and its images
 
 
 class _Hot(NamedTuple):
@@ -197,123 +153,28 @@ class View:
     def __init__(self, store: Store, render_cache_bytes: int = 64 << 20) -> None:
         self.store = store
         self.defer = False  # raise Busy for blocking work (the mount) instead of doing it
-        self._ino: dict[Key, int] = {Key(Kind.ROOT): ROOT_INO}
-        self._keys: dict[int, Key] = {ROOT_INO: Key(Kind.ROOT)}
-        self._held: dict[int, int] = {ROOT_INO: 1}  # inode -> the kernel's lookup count
-        self._young: list[int] = []  # named since the last sweep, held or not
-        self._old: list[int] = []  # named before it: the next sweep drops the unheld
-        # The five above change together under this lock: ``--warm`` names nodes from a
-        # worker thread (``_keep_links``) while the loop names, sweeps and scans them.
-        self._naming = threading.Lock()
-        self._cache: OrderedDict[Key, Rendered] = OrderedDict()
-        self._cache_bytes = 0
-        self._cache_cap = render_cache_bytes
-        self._cache_lock = threading.Lock()  # render threads keep renders while the loop reads
-        # The index each session's renders were made with (epoch, rebuilds): a rebuilt index
-        # may give an id another line (a later one took it) or an entry another number.
-        self._cache_index: dict[str, tuple[int, int]] = {}
+        self.inodes = Inodes(lasting=set())
+        self.scratch = ScratchLayer(self.inodes, self.changed_contents)
+        self.inodes.lasting = self.scratch.nodes
+        # (bound once: the hottest calls of every request)
+        self.ino: Callable[[Key], int] = self.inodes.ino
+        self.key: Callable[[int], Key] = self.inodes.key
+        self.known: Callable[[Key], int | None] = self.inodes.known
+        self.hold, self.forget = self.inodes.hold, self.inodes.forget
+        self.pinned, self.named = self.inodes.pinned, self.inodes.named
+        self.known_of = self.inodes.known_of
+        self.texts = Texts(render_cache_bytes)
+        self.wholes = Wholes(self.texts, lambda: self.defer, self._resized)
         self._kept = Kept()  # what sessions' nodes answered, per file identity (``kept``)
         self._hot: _Hot | None = None  # the session ``kept`` answered for last
         self.disk: DiskStore | None = None  # the same, and their files, across mounts
         self._evicting: Loaded | None = None  # the session being dropped (``_evicted``)
-        self.overlays: dict[Key, Overlay] = {}  # entry folder -> its scratch layer
-        self.nodes: dict[int, Node] = {}  # scratch inode -> node
-        self._serial = 0
-        self.made = 0  # whole-session files rendered (the mount trims the heap after them)
-        # One render of a whole-session file at a time (striped: bounded however many)
-        self._render_locks = [threading.Lock() for _ in range(RENDER_LOCKS)]
         # Kernel caches to drop, drained by the adapter: (inode, None) or (parent, name).
         # (a deque: render threads add to it while the loop drains it)
         self.invalidations: deque[tuple[int, str | None]] = deque()
         self.forks: set[str] = set()  # sessions whose header names a parent session
         self.moved = -math.inf  # when a session file last came or went (time.monotonic)
         store.on_evict = self._evicted
-
-    # -- inodes -----------------------------------------------------------------------------
-
-    def ino(self, key: Key) -> int:
-        n = self._ino.get(key)
-        if n is not None:
-            return n  # (the common case: one dict read, no lock)
-        with self._naming:
-            n = self._ino.get(key)  # (named by another thread meanwhile)
-            if n is None:
-                if len(self._young) >= UNHELD_KEPT:
-                    self._sweep()  # before naming: never the number about to be returned
-                n = self._number(key)
-                self._ino[key], self._keys[n] = n, key
-                self._young.append(n)
-            return n
-
-    def _number(self, key: Key) -> int:
-        """``key``'s number: its hash, unless another named key has that (then the next of a
-        fixed sequence: still the same number for the same key while that one is named)."""
-        n = hash(key) & INO_MASK
-        while n <= ROOT_INO or n in self._keys:
-            n = (n * 6364136223846793005 + 1442695040888963407) & INO_MASK
-        return n
-
-    def key(self, ino: int) -> Key:
-        key = self._keys.get(ino)
-        if key is None:
-            raise NotFound(ino)
-        return key
-
-    def hold(self, a: Attr) -> None:
-        """The kernel took a reply naming ``a`` (a lookup, an entry of a listing, a create):
-        it holds the number until it forgets it. A number swept meanwhile is named again."""
-        n = a.ino
-        with self._naming:
-            if n not in self._keys:
-                self._keys[n] = a.key
-                self._ino.setdefault(a.key, n)
-            self._held[n] = self._held.get(n, 0) + 1
-
-    def forget(self, ino: int, count: int) -> None:
-        """The kernel dropped ``count`` of its references to ``ino``: a number it no longer
-        holds leaves the table (a scratch node's stays while the node lives)."""
-        with self._naming:
-            left = self._held.get(ino, 0) - count
-            if left > 0:
-                self._held[ino] = left
-                return
-            self._held.pop(ino, None)
-            if ino != ROOT_INO and ino not in self.nodes:
-                self._unname(ino)
-
-    @contextlib.contextmanager
-    def pinned(self, ino: int) -> Iterator[None]:
-        """Keep ``ino`` named while a request waits on work for it (a sweep could drop it)."""
-        with self._naming:
-            self._held[ino] = self._held.get(ino, 0) + 1
-        try:
-            yield
-        finally:
-            with self._naming:
-                left = self._held.get(ino, 0) - 1
-                if left > 0:
-                    self._held[ino] = left
-                else:
-                    self._held.pop(ino, None)
-                    self._young.append(ino)  # unheld again: a later sweep may drop it
-
-    def named(self) -> tuple[int, int]:
-        """How many numbers the table has, and how many of them the kernel holds (the
-        ``--debug`` line of a forget says)."""
-        return len(self._keys), len(self._held)
-
-    def _sweep(self) -> None:
-        """Drop the numbers named before the last sweep that the kernel does not hold
-        (under ``_naming``)."""
-        for n in self._old:
-            if n not in self._held and n not in self.nodes:
-                self._unname(n)
-        self._old, self._young = self._young, []
-
-    def _unname(self, ino: int) -> None:  # (under ``_naming``)
-        key = self._keys.pop(ino, None)
-        if key is not None and self._ino.get(key) == ino:
-            del self._ino[key]
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -362,68 +223,6 @@ class View:
                 raise Busy(work)
             if work is not YIELD:
                 work()
-
-    def render_step(
-        self,
-        sf: SessionFile,
-        s: Loaded,
-        kind: Kind,
-        waited: set[tuple[str, str, int]] | None = None,
-    ) -> Work | None:
-        """Render a whole-session file of ``s`` unless the rendering of its file as it is
-        now exists: every answer about it (a lookup's size, a listing's, ``stat``'s, the
-        bytes of an open) is of the file as it is, so ``stat``, ``tail`` and ``cat`` agree.
-        ``waited``: the renderings this request already waited for (one per request: a
-        session that grows meanwhile does not make it wait for another). conversation.md
-        is rendered for its new entries only (cheap).
-        """
-        hit = s.memo.get(kind)
-        if hit is not None and (
-            hit[0] == s.version or (s.path, kind, hit[0]) in (waited or ())  # one per request
-        ):
-            return None
-        if s.size < INLINE_BYTES:
-            self._render(s, kind)  # a small session: cheaper here than a thread hop
-            return None
-        KINDS[kind].before_copy(self, s)
-        asked = s.version
-
-        def work() -> None:
-            # One render of a file at a time: requests that come while it runs (a lookup, a
-            # stat, an open of one growing session) take its rendering, not one each.
-            with self._render_locks[hash((s.path, kind)) % len(self._render_locks)]:
-                hit = s.memo.get(kind)
-                if hit is not None and hit[0] >= asked:
-                    if waited is not None:
-                        waited.add((s.path, kind, hit[0]))
-                    return
-                make()
-
-        def make() -> None:
-            with no_gc():
-                with sf.lock:  # a copy no append changes, made while none runs
-                    if sf.loaded is not s:
-                        return
-                    frozen = s.frozen()
-                    sf.working += 1  # not evicted while rendered
-                rendered = False
-                try:
-                    self._render(frozen, kind)
-                    rendered = True
-                finally:
-                    with sf.lock:  # kept in the same step: a drop then shelves the render
-                        sf.working -= 1
-                        if rendered:
-                            s.adopt(frozen)
-            if waited is not None:
-                waited.add((s.path, kind, frozen.version))
-            known = self._ino.get(Key(kind, s.path))
-            if known is not None:
-                # Its size changed. Its pages, if a handle from kept answers left any, are of
-                # the same file (they were checked): a change of the file drops them.
-                self.invalidations.append((known, None))
-
-        return work
 
     def up_to_date(self, path: str) -> Loaded:
         """Session ``path`` brought up to date (raises :class:`Busy` like :meth:`ready`)."""
@@ -483,112 +282,7 @@ class View:
             raise NotFound(f"{key.path}: rewritten since this node was looked up")
         return s
 
-    def entry(self, s: Loaded, eid: str) -> Entry:
-        e = s.index.by_id.get(eid)
-        if e is None:
-            raise NotFound(eid)
-        return e
-
-    def entry_ns(self, s: Loaded, eid: str) -> int:
-        """An entry's time, as a node's mtime."""
-        return (self.entry(s, eid).ts_ms or 0) * 1_000_000
-
     # -- names ------------------------------------------------------------------------------
-
-    def folder_name(self, s: Loaded, leaf: str) -> str:
-        """``<id>-<slug of the branch's last user message>`` (just ``<id>`` without one)."""
-        memo: dict[str, str] = s.memo.setdefault("folder", {})
-        name = memo.get(leaf)
-        if name is None:
-            text = ""
-            e = s.index.last_of_kind(leaf, "user")
-            if e is not None:
-                text = render.content_text(render.message_of(s.parsed(e)).get("content"))
-            slug = render.slug(text)
-            base = id_name(leaf)
-            name = memo[leaf] = f"{base}-{slug}" if slug else base
-        return name
-
-    def folder_of(self, s: Loaded, eid: str) -> str:
-        if s.index.is_leaf(eid):
-            return "leaves/" + self.folder_name(s, eid)
-        return "nodes/" + id_name(eid)
-
-    def id_named(self, s: Loaded, name: str) -> str | None:
-        """The entry id a name of ``nodes/`` or ``leaves/`` stands for, if it is one: its
-        escaped name (``id_name``, what listings show), or the id itself when it is a name
-        as it is (``-rf``, ``.7``, ``..12``) and no id's escaped name."""
-        eid = name_id(name, s.index.by_id)
-        if eid is not None and eid in s.index.by_id:
-            return eid
-        return name if name in s.index.by_id and name not in (".", "..") else None
-
-    def leaf_by_name(self, s: Loaded, name: str) -> str:
-        """The entry of a ``leaves/`` name: ``<id>`` or ``<id>-<slug>``.
-
-        A former leaf (one that has children now) still resolves by its old name, so a path
-        a shell or an editor holds keeps working after a commit below it.
-        """
-        eid = self.id_named(s, name)
-        if eid is not None:
-            return eid
-        cut = name.find("-")
-        while cut > 0:  # ids may contain "-" themselves (UUIDs): try each cut
-            cand = self.id_named(s, name[:cut])
-            if cand is not None and self.folder_name(s, cand) == name:
-                return cand
-            cut = name.find("-", cut + 1)
-        raise NotFound(name)
-
-    def file_named(self, s: Loaded, key: Key, name: str) -> Key:
-        """A numbered file (or image) of entry folder ``key`` by its name, found from the
-        number it starts with: never the whole listing, which renders every entry of the
-        path (sed and editors look up names that are not there, in folders of 50,000 files
-        whose leaf moves with every append)."""
-        m = _NUMBER.match(name)
-        last = s.index.files_on_path(key.eid)
-        num = int(m.group(1)) if m else 0
-        nid = s.index.numbered_at(key.eid, num) if 1 <= num <= last else None
-        # A path that grows past 9,999 files numbers them with more digits (00001-user.md),
-        # and the narrower names it had still lead there, unlisted: ``current/0001-user.md``
-        # keeps resolving while the session Pi writes grows.
-        width = len(m.group(1)) if m else 0
-        if nid is None or width > render.number_width(last):
-            raise NotFound(name)
-        e = s.index.by_id[nid]
-        kind = e.kind or "message"
-        found = Key(Kind.MESSAGE, key.path, s.epoch, nid)
-        if name == render.file_name(num, width, kind):
-            return found
-        for k, ext in enumerate(render.image_exts(s.parsed(e)), start=1):
-            if name == render.image_name(num, width, kind, k, ext):
-                return found._replace(k=k)
-        raise NotFound(name)
-
-    def files(self, s: Loaded, key: Key) -> list[tuple[str, Key]]:
-        """The numbered files (and images) of entry folder ``key``, in path order (the last
-        few listings kept: a folder's names never change)."""
-        memo: OrderedDict[str, list[tuple[str, Key]]] = s.memo.setdefault("files", OrderedDict())
-        out = memo.get(key.eid)
-        if out is not None:
-            with contextlib.suppress(KeyError):  # a render thread may have dropped it
-                memo.move_to_end(key.eid)
-            return out
-        ids = s.index.numbered_path(key.eid)
-        width = render.number_width(len(ids))
-        out = []
-        for nid in ids:
-            e = s.index.by_id[nid]
-            num, kind = s.index.num[nid], e.kind or "message"
-            msg_key = Key(Kind.MESSAGE, key.path, s.epoch, nid)
-            out.append((render.file_name(num, width, kind), msg_key))
-            for k, (ext, _) in enumerate(self.rendered(s, msg_key)[1], start=1):
-                out.append((render.image_name(num, width, kind, k, ext), msg_key._replace(k=k)))
-        memo[key.eid] = out
-        while len(memo) > LISTINGS_KEPT:
-            with contextlib.suppress(KeyError):
-                memo.popitem(last=False)
-        return out
 
     # -- lookup and listing -----------------------------------------------------------------
 
@@ -602,7 +296,7 @@ class View:
     def resolve(self, parent: int, name: str) -> int:
         """The inode ``name`` stands for in folder ``parent`` (scratch names first)."""
         key = self.key(parent)
-        ov = self.overlays.get(key)
+        ov = self.scratch.overlays.get(key)
         if ov is not None:
             node = ov.names.get(name)
             if node is not None:
@@ -636,7 +330,7 @@ class View:
         """A snapshot of a folder's entries with their attributes (readdirplus)."""
         key = self.key(ino)
         listing = KINDS[key.kind].listing(self, key)
-        ov = self.overlays.get(key)
+        ov = self.scratch.overlays.get(key)
         if ov is None:
             out = [(name, self.getattr(self.ino(k))) for name, k in listing]
             held = self._holding(key, [k for _, k in listing])
@@ -652,15 +346,8 @@ class View:
         rendered for them)."""
         key = self.key(ino)
         names = {name for name, _ in KINDS[key.kind].listing(self, key)}
-        ov = self.overlays.get(key)
+        ov = self.scratch.overlays.get(key)
         return names if ov is None else (names - ov.whiteouts) | ov.names.keys()
-
-    def listed(self, s: Loaded) -> list[str]:
-        memo = s.memo
-        if "listed" not in memo:
-            memo["listed"] = s.index.listed_leaves()
-        listed: list[str] = memo["listed"]
-        return listed
 
     # -- attributes -------------------------------------------------------------------------
 
@@ -718,269 +405,7 @@ class View:
         key = self.key(ino)
         return KINDS[key.kind].content(self, key)
 
-    def rendered(
-        self, s: Loaded, key: Key, d: dict[str, Any] | None = None, keep: bool = True
-    ) -> Rendered:
-        """An entry's message file and its images, from one parse (``d``, when the caller
-        has it), kept in a byte-capped LRU. ``keep`` False: a render for conversation.md,
-        neither looked up nor kept (a walk reads the text there, not in the message files:
-        keeping each entry of a year of sessions cost a twentieth of a first walk, and
-        pushed out what was read)."""
-        hit = self._cached(key, s) if keep else None
-        if hit is not None:
-            return hit
-        e = self.entry(s, key.eid)
-        d = s.parsed(e) if d is None else d
-        done = (render.render(d, self.context(s, e, d)), render.images(d))
-        return self._keep(key, done, s) if keep else done
-
-    def context(self, s: Loaded, e: Entry, d: dict[str, Any]) -> render.Context:
-        """What entry ``e``'s file shows of other entries: the call a tool result answers
-        (in the nearest assistant message above it) and the file names of the entries a
-        compaction or branch summary names. Only ancestors and ids: fixed forever."""
-        msg = render.message_of(d)
-        call_id = msg.get("toolCallId")
-        if e.kind == "assistant":  # its results come next: their calls, without a parse
-            s.memo["calls"] = (e, render.tool_calls(d))
-        if msg.get("role") == "toolResult" and isinstance(call_id, str):
-            return render.Context(call=self._call_above(s, e, call_id))
-        named = d.get("firstKeptEntryId") if e.type == "compaction" else d.get("fromId")
-        if e.type not in ("compaction", "branch_summary") or not isinstance(named, str):
-            return render.NO_CONTEXT
-        name = self.file_of(s, named, e)
-        return render.Context(names={named: name} if name else {})
-
-    def _call_above(self, s: Loaded, e: Entry, call_id: str) -> dict[str, Any] | None:
-        cur = e.parent_id
-        for _ in range(CALL_SEARCH):
-            above = s.index.by_id.get(cur) if cur is not None else None
-            if above is None:
-                return None
-            if above.kind == "assistant":
-                return self._calls_of(s, above).get(call_id)
-            cur = above.parent_id
-        return None
-
-    def _calls_of(self, s: Loaded, e: Entry) -> dict[str, dict[str, Any]]:
-        """The tool calls of assistant entry ``e`` by id; the last one's are kept, as the
-        results of one message follow it (a render parses the message once, not per result)."""
-        last = s.memo.get("calls")
-        if last is not None and last[0] is e:
-            return last[1]  # type: ignore[no-any-return]
-        calls = render.tool_calls(s.parsed(e))
-        s.memo["calls"] = (e, calls)
-        return calls
-
-    def file_of(self, s: Loaded, eid: str, above: Entry) -> str | None:
-        """The file name of entry ``eid`` in the folder of its own node, when it comes
-        before ``above`` in the file: what ``above`` shows must not change when a later
-        line brings the entry it names (its file is cached, conversation.md made again)."""
-        e = s.index.by_id.get(eid)
-        num = s.index.num.get(eid, 0)
-        if e is None or e.kind is None or not num or e.line >= above.line:
-            return None
-        return render.file_name(num, render.number_width(num), e.kind)
-
-    def _keep(self, key: Key, done: Rendered, s: Loaded) -> Rendered:
-        with self._cache_lock:
-            if self._cache_index.get(s.path) != (s.epoch, s.rebuilds):
-                return done  # (made with an index built again meanwhile: not kept)
-            old = self._cache.pop(key, None)  # (a render made twice: counted once)
-            if old is not None:
-                self._cache_bytes -= _weight(old)
-            self._cache[key] = done
-            self._cache_bytes += _weight(done)
-            while self._cache_bytes > self._cache_cap and len(self._cache) > 1:
-                _, old = self._cache.popitem(last=False)
-                self._cache_bytes -= _weight(old)
-        return done
-
-    def _cached(self, key: Key, s: Loaded) -> Rendered | None:
-        """A render kept, made the most recently used (none of ``s``'s, when its index was
-        built again since they were made: they were of the old one)."""
-        with self._cache_lock:
-            made_with = (s.epoch, s.rebuilds)
-            if self._cache_index.get(s.path, made_with) != made_with:
-                for old in [k for k in self._cache if k.path == s.path]:
-                    self._cache_bytes -= _weight(self._cache.pop(old))
-            self._cache_index[s.path] = made_with
-            hit = self._cache.get(key)
-            if hit is not None:
-                self._cache.move_to_end(key)
-            return hit
-
     # -- one-file views ---------------------------------------------------------------------
-
-    def piece(
-        self, s: Loaded, e: Entry, d: dict[str, Any] | None = None, keep: bool = True
-    ) -> onefile.Piece:
-        """What a one-file view shows of entry ``e`` (parsed as ``d``, when the caller has
-        it; ``keep``: see :meth:`rendered`)."""
-        if not e.numbered:
-            d = s.parsed(e) if d is None else d
-            if e.type == "context_edit":  # what the model stops seeing, said in full
-                target = d.get("targetId")
-                name = self.file_of(s, target, e) if isinstance(target, str) else None
-                return onefile.Piece(e, 0, b"", (), *render.context_edit(d, name))
-            return onefile.Piece(e, 0, b"", (), render.preview(d), render.note_detail(d))
-        num = s.index.num.get(e.id, 0)
-        key = Key(Kind.MESSAGE, s.path, s.epoch, e.id)
-        # (a line whose id a later line took renders as the winner, as the entry folders do)
-        body, images = self.rendered(s, key, d if s.index.by_id.get(e.id) is e else None, keep)
-        width = render.number_width(num)  # its folder's: the entry is the last file there
-        kind = e.kind or "message"
-        names = [
-            render.image_name(num, width, kind, k, ext) for k, (ext, _) in enumerate(images, 1)
-        ]
-        return onefile.Piece(e, num, body, names, "")
-
-    def branch_text(self, s: Loaded, eid: str) -> bytes:
-        """``nodes/<id>.md``: every entry of the path root→``eid``, in order."""
-        key = Key(Kind.BRANCH, s.path, s.epoch, eid)
-        hit = self._cached(key, s)
-        if hit is not None:
-            return hit[0]
-        self.entry(s, eid)
-        data = b"".join(self._branch_block(s, i) for i in s.index.path(eid))
-        return self._keep(key, (data, []), s)[0]
-
-    def _branch_block(self, s: Loaded, eid: str) -> bytes:
-        return onefile.block(self.piece(s, s.index.by_id[eid]), "../nodes/" + id_name(eid))
-
-    def branch_size(self, s: Loaded, eid: str) -> int:
-        """The size of ``nodes/<id>.md`` without making it: the size of its parent's view
-        plus its own block, kept per entry (``stat`` of every branch link, as ``rg`` does
-        while it walks, costs one block per entry, not one path per leaf)."""
-        sizes: dict[str, int] = s.memo.setdefault("branch_sizes", {})
-        self.entry(s, eid)
-        todo: list[str] = []
-        cur: str | None = eid
-        while cur is not None and cur not in sizes:
-            todo.append(cur)
-            cur = s.index.parent[cur]
-        total = sizes[cur] if cur is not None else 0
-        for i in reversed(todo):
-            total += len(self._branch_block(s, i))
-            sizes[i] = total
-        return sizes[eid]
-
-    def branch_step(self, s: Loaded, eid: str, whole: bool) -> Work | None:
-        """A long path's size (``whole``: its text) is made off the loop, then kept."""
-        if s.size < INLINE_BYTES:
-            return None
-        if whole:
-            if Key(Kind.BRANCH, s.path, s.epoch, eid) in self._cache:
-                return None
-            return lambda: self.branch_text(s, eid)
-        if eid in s.memo.get("branch_sizes", ()):
-            return None
-        return lambda: self.branch_size(s, eid)
-
-    def _conversation(self, s: Loaded) -> int:
-        """``conversation.md``: the entries not shown yet are added at its end; its size."""
-        conv = self.conversation(s)
-        with conv.lock:
-            entries = s.parser.entries  # complete lines only: a torn tail may still change
-            problems = s.lasting_problems()
-            # (new problems alone too: a malformed line appended after the last entry is
-            # noted now, not once another entry comes)
-            if conv.done < len(entries) or not conv.noted(problems):
-                pieces = self._first_pieces(s)
-                conv.add(entries, problems, self._numbers(s), pieces, self._sizer(s))
-            return conv.size
-
-    def _first_pieces(self, s: Loaded) -> Callable[[Entry], onefile.Piece]:
-        """Pieces for entries conversation.md shows for the first time: each line is parsed
-        once for them and for tree.txt's previews and session.json's stats (the listing that
-        renders one renders the others)."""
-        made = summary.previews_of(s)
-        return lambda e: self.piece(s, e, made.offer(s, e), keep=False)
-
-    @staticmethod
-    def _sizer(s: Loaded) -> Callable[[Entry, int], None]:
-        """What keeps the size of ``nodes/<id>.md`` of each entry conversation.md shows
-        (from its block's size there), when its parent's is known (file order: nearly
-        always). ``rg`` stats where every link of a walk leads: without these, each
-        branch's entries were rendered again for it."""
-        sizes: dict[str, int] = s.memo.setdefault("branch_sizes", {})
-
-        def sized(e: Entry, size: int) -> None:
-            if e.id in sizes or s.index.by_id.get(e.id) is not e:
-                return  # (a line whose id a later line took: its branch is the winner's)
-            parent = s.index.parent.get(e.id)
-            if parent is None or parent in sizes:
-                sizes[e.id] = (sizes[parent] if parent is not None else 0) + size
-
-        return sized
-
-    @staticmethod
-    def conversation(s: Loaded) -> onefile.Conversation:
-        conv: onefile.Conversation = s.memo.setdefault("conversation", onefile.Conversation())
-        return conv
-
-    @staticmethod
-    def _numbers(s: Loaded) -> Callable[[str], int]:
-        return lambda eid: s.index.num.get(eid, 0)
-
-    def _pieces(self, s: Loaded) -> Callable[[Entry], onefile.Piece]:
-        """Pieces for conversation.md's groups made again (each is held as a whole)."""
-        return lambda e: self.piece(s, e, keep=False)
-
-    def conv_size(self, s: Loaded) -> int:
-        """conversation.md's size as :meth:`ready` rendered it."""
-        size: int = self._rendering(s, Kind.CONVERSATION)
-        return size
-
-    def conv_snapshot(self, s: Loaded, defer: bool | None = None) -> ConvSnapshot:
-        """An open conversation.md: its size now, its bytes made again where not held."""
-        conv = self.conversation(s)
-        remade = functools.partial(self._remade, s, conv)
-        return ConvSnapshot(conv, self.conv_size(s), remade, self.defer if defer is None else defer)
-
-    def conv_text(self, s: Loaded) -> bytes:
-        """conversation.md whole (tests and scripts: the mount reads it by range)."""
-        snap = self.conv_snapshot(s, defer=False)
-        return snap.read(0, snap.size)
-
-    def _remade(self, s: Loaded, conv: onefile.Conversation, index: int) -> bytes:
-        """Group ``index`` of conversation.md made again. It must come out as it was (an
-        entry renders the same while the index keeps its meaning; a rebuilt index may not):
-        else the read is answered ESTALE."""
-        g, items = conv.items(index)
-        data = onefile.remake(g, items, s.parser.entries, self._numbers(s), self._pieces(s))
-        if len(data) != g.size or zlib.crc32(data) != g.crc:
-            log.warning("%s: conversation.md came out different: answered ESTALE", s.path)
-            raise Changed(s.path)
-        return data
-
-    def session_text(self, s: Loaded, kind: Kind) -> bytes:
-        """tree.txt or session.json as :meth:`ready` rendered it (an older rendering, all of
-        one version, rather than a render here when the file moved on meanwhile)."""
-        data: bytes = self._rendering(s, kind)
-        return data
-
-    def _rendering(self, s: Loaded, kind: Kind) -> Any:
-        """What the memo of whole-session file ``kind`` holds (rendered here if none)."""
-        if kind not in s.memo:
-            self._render(s, kind)
-        return s.memo[kind][1]
-
-    def _render(self, s: Loaded, kind: Kind) -> None:
-        """Render a whole-session file of ``s`` (blocking in proportion to the session) and
-        keep it in its memo with ``s``'s version: tree.txt's and session.json's bytes,
-        conversation.md's size (its text is its :class:`~pisessfs.onefile.Conversation`'s).
-        A frozen copy's rendering reaches the live state through ``Loaded.adopt``."""
-        self.made += 1
-        version = s.version
-        folder_of = lambda eid: self.folder_of(s, eid)  # noqa: E731
-        data: bytes | int
-        if kind == Kind.TREE:
-            data = summary.tree_txt(s, folder_of)
-        elif kind == Kind.CONVERSATION:
-            data = self._conversation(s)
-        else:
-            data = summary.session_json(s, folder_of, set(self.listed(s)))
-        s.memo[kind] = (version, data)
 
     def snapshot(self, ino: int) -> Snapshot:
         """The bytes an open file reads until it is closed, whatever happens to its session."""
@@ -1161,7 +586,7 @@ class View:
                         held.links[a.ino] = KINDS[a.key.kind].target(self, a.key)
         wanted = [(Key(Kind.SESSION, s.path), RAW, Key(Kind.RAW, s.path))]
         sizes = s.memo.get("branch_sizes") or {}
-        leaves = set(self.listed(s))
+        leaves = set(self.texts.listed(s))
         if s.index.resume is not None:
             leaves.add(s.index.resume)
         for leaf in leaves & sizes.keys():
@@ -1169,7 +594,7 @@ class View:
             for kind, shown in ((Kind.BRANCH, name + VIEW_SUFFIX), (Kind.ENTRY, name)):
                 wanted.append((Key(Kind.NODES, s.path), shown, Key(kind, s.path, s.epoch, leaf)))
         for folder, shown, key in wanted:
-            n = self._ino.get(folder)
+            n = self.inodes.known(folder)
             if n is not None and held.child(n, shown) is None and held.room():
                 with contextlib.suppress(ViewError):
                     held.found[(n, shown)] = self.getattr(self.ino(key))
@@ -1206,7 +631,7 @@ class View:
             def made_again(index: int) -> Callable[[], bytes]:
                 if not copies:
                     copies.append(s.frozen())  # (appends do not change it meanwhile)
-                return functools.partial(self._remade, copies[0], conv, index)
+                return functools.partial(self.wholes.remade, copies[0], conv, index)
 
             parts = conv.parts(made_again if again else None)
             if parts is not None:
@@ -1343,7 +768,7 @@ class View:
             return rows[a]
 
         def at(ino: int) -> list[Any] | None:
-            return key(self._keys.get(ino))
+            return key(self.inodes.key_of(ino))
 
         out = text_out
         listings = []
@@ -1480,99 +905,21 @@ class View:
         later.inner = inner
         old.close()
 
-    # -- the scratch layer ----------------------------------------------------------------
-
-    def _node(self, ino: int) -> Node:
-        node = self.nodes.get(ino)
-        if node is None:
-            raise NotFound(f"scratch inode {ino} is gone")
-        return node
-
-    def scratch(self, key: Key) -> Node:
-        """The scratch node of ``key``."""
-        return self._node(self._ino.get(key, 0))
-
-    def scratch_attr(self, ino: int) -> Attr:
-        node = self._node(ino)
-        size = len(node.target if node.is_link else node.data)
-        key = self.key(ino)
-        return Attr(ino, node.mode, size, node.mtime_ns, 1, False, True, node.uid, node.gid, key)
-
-    def new_node(self, mode: int) -> Node:
-        self._serial += 1
-        node = Node(self.ino(Key(Kind.SCRATCH, k=self._serial)), mode)
-        self.nodes[node.ino] = node
-        return node
-
-    def link(self, node: Node, folder: Key, name: str) -> None:
-        """Show ``node`` as ``name`` in ``folder`` (replacing a scratch node of that name)."""
-        self._relisted(folder)
-        ov = self.overlays.setdefault(folder, Overlay())
-        old = ov.names.get(name)
-        if old is not None and old is not node:
-            self.unlink(old, folder, name)
-        ov.names[name] = node
-        node.links.add((folder, name))
-
-    def unlink(self, node: Node, folder: Key, name: str) -> None:
-        self._relisted(folder)
-        ov = self.overlays.get(folder)
-        if ov is not None and ov.names.get(name) is node:
-            del ov.names[name]
-            if ov.empty():
-                del self.overlays[folder]
-        node.links.discard((folder, name))
-
-    def drop_if_unused(self, node: Node, open_nodes: set[int]) -> None:
-        """Free a scratch node nobody shows, holds open, or may still name: the kernel can
-        keep a name for it for a moment after a rename over it, until its forget arrives."""
-        if not node.links and node.ino not in open_nodes and node.forgotten:
-            self.nodes.pop(node.ino, None)
-            with self._naming:
-                if node.ino not in self._held:
-                    self._unname(node.ino)
-
-    def unlink_everywhere(self, node: Node) -> None:
-        for folder, name in list(node.links):
-            self.unlink(node, folder, name)
-
-    def whiteout(self, folder: Key, name: str, on: bool) -> None:
-        self._relisted(folder)
-        ov = self.overlays.setdefault(folder, Overlay())
-        (ov.whiteouts.add if on else ov.whiteouts.discard)(name)
-        if ov.empty():
-            del self.overlays[folder]
-
-    def known(self, key: Key) -> int | None:
-        """The inode of ``key`` if the kernel may have seen it (None: nothing to invalidate)."""
-        return self._ino.get(key)
-
-    def _relisted(self, folder: Key) -> None:
-        """What ``folder`` lists is about to change (a save, a whiteout): the kernel keeps a
-        folder's listing until told (fuse_ops.NO_OPENDIR), and a save at ``flush`` is no
-        change of the folder it would see itself."""
-        n = self._ino.get(folder)
-        if n is not None:
-            self.changed_contents(n)
-
-    def _named(self) -> list[tuple[Key, int]]:
-        """Every name and its number, as of now (a scan must not see another thread name)."""
-        with self._naming:
-            return list(self._ino.items())
-
-    def known_of(self, kind: str) -> list[tuple[Key, int]]:
-        """The nodes of ``kind`` the kernel may have seen (a scan: for an inotify overflow)."""
-        return [(key, n) for key, n in self._named() if key.kind == kind]
-
     def came_or_went(self) -> None:
         """A session file came or went: a fork's ``parent`` link may have too, and the
         kernel keeps the fork's listing."""
         self.moved = time.monotonic()
         for path in list(self.forks):  # (a thread may add one meanwhile)
             for kind in _FOLLOWING:
-                n = self._ino.get(Key(kind, path))
+                n = self.inodes.known(Key(kind, path))
                 if n is not None:
                     self.changed_contents(n)
+
+    def _resized(self, key: Key) -> None:
+        """A whole-session file was rendered anew: the kernel drops the size it keeps."""
+        known = self.inodes.known(key)
+        if known is not None:
+            self.invalidations.append((known, None))
 
     def changed_entry(self, parent: int, name: str) -> None:
         self.invalidations.append((parent, name))
@@ -1587,7 +934,7 @@ class View:
         self._kept.drop(path)
         self.store.changed(path)
         for kind, grows in _GROWING:
-            n = self._ino.get(Key(kind, path))
+            n = self.inodes.known(Key(kind, path))
             if n is not None:
                 self.invalidations.append((n, PAGES if grows is Growth.PAGES else None))
 
@@ -1598,7 +945,7 @@ class View:
         sf = self.store.known(path)
         if sf is not None:
             sf.recheck = True  # entry nodes look at the file again, once
-        for key, n in self._named():
+        for key, n in self.inodes.all_named():
             if key.path == path:
                 self.invalidations.append((n, None))
 
@@ -1614,39 +961,6 @@ class View:
         key = self.key(ino)
         return KINDS[key.kind].xattrs(self, key)
 
-    def entry_xattrs(self, key: Key) -> dict[str, bytes]:
-        """An entry node's: its id, and its label if it has one."""
-        out = {"user.pi.id": utf8(key.eid)}
-        s = self.session(key)
-        label = self._labels(s).get(self.label_target(s, key))
-        if isinstance(label, str):
-            out["user.pi.label"] = utf8(label)
-        return out
-
-    def session_name(self, s: Loaded) -> str | None:
-        """The name Pi shows for the session (Pi's harness storage: its name fact)."""
-        if s.parser.harness is not None:
-            name = s.parser.harness_info.get("name")
-            return name if isinstance(name, str) and name else None
-        return writer.pi_name(s)
-
-    def label_target(self, s: Loaded, key: Key) -> str:
-        """The entry a label on this node is about: a message file's entry; for an entry
-        folder, the entry its files end with (its own, or, when it takes no number, like a
-        label or a name ending a branch, its nearest numbered ancestor), so a folder and its
-        last file carry one label, and ``current`` keeps showing it after a label moved it."""
-        if key.kind == Kind.ENTRY:
-            e = s.index.by_id.get(key.eid)
-            if e is not None and e.kind is None:
-                return s.index.anchor.get(key.eid) or key.eid
-        return key.eid
-
-    def _labels(self, s: Loaded) -> Mapping[str, object]:
-        if s.parser.harness is not None:
-            labels = s.parser.harness_info.get("labels")
-            return labels if isinstance(labels, dict) else {}
-        return s.index.labels
-
 
 def _as_folder(perm: int) -> int:
     """A file's bits as a folder's: read lets a class list and enter, write lets it add."""
@@ -1658,10 +972,6 @@ def _as_folder(perm: int) -> int:
             if bits & 2:
                 out |= 2 << shift
     return out
-
-
-def _weight(r: Rendered) -> int:
-    return len(r[0]) + sum(len(data) for _, data in r[1])
 
 
 def _ns(e: Entry) -> int:

@@ -15,8 +15,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from pisessfs import inodes as inodes_module
 from pisessfs import onefile, render
-from pisessfs import view as view_module
 from pisessfs.jsonl import Parser
 from pisessfs.kind import Kind
 from pisessfs.sessions import Store, Unreadable
@@ -396,7 +396,7 @@ def test_numbers_the_kernel_does_not_hold_are_swept_and_come_back_the_same(
     """The inode table keeps what the kernel holds (``hold`` .. ``forget``) and the names
     made in the last moments; a number made again, or handed to the kernel after a sweep,
     is the number it had."""
-    monkeypatch.setattr(view_module, "UNHELD_KEPT", 4)
+    monkeypatch.setattr(inodes_module, "UNHELD_KEPT", 4)
     (tmp_path / "--home-x--").mkdir()
     ids = [f"{i:08x}" for i in range(1, 41)]
     data = line(HEADER)
@@ -466,7 +466,7 @@ def test_a_big_conversation_is_held_in_part_and_reads_the_same_anywhere(
     v = View(Store(str(tmp_path)))
     ino = opened(v)
     assert v.getattr(ino).size == len(whole) > 5 << 20
-    conv = v.conversation(v.session(v.key(ino)))
+    conv = v.wholes.conversation(v.session(v.key(ino)))
     assert conv.held() < (512 << 10) + packed  # a tenth of it, and what is packed
     assert [m.group(1) for m in re.finditer(rb"message (\d{5}) ", whole)] == [
         f"{i:05d}".encode() for i in range(1500)
@@ -522,26 +522,28 @@ def test_each_line_is_decoded_once_for_all_whole_session_files(
         s = together.up_to_date(path)
         lines = len(s.parser.entries)
         decoded[0] = 0
-        together._render(s, Kind.CONVERSATION)
+        together.wholes._render(s, Kind.CONVERSATION)
         # every line once at most (cached files: fewer), but a line whose id a later line
         # took, which is parsed for its note and renders as the winner
         lost = sum(1 for e in s.parser.entries if s.index.by_id.get(e.id) is not e)
         assert decoded[0] <= lines + lost, f.name
         decoded[0] = 0
-        together._render(s, Kind.TREE)
-        together._render(s, Kind.JSON)
+        together.wholes._render(s, Kind.TREE)
+        together.wholes._render(s, Kind.JSON)
         # (a leaf's folder name is made from its own text, once per leaf)
         assert decoded[0] <= len(s.index.all_leaves()), f.name
         alone = View(Store(str(tmp_path)))
         s_b = alone.up_to_date(path_b)
         for kind in (Kind.JSON, Kind.TREE):
-            alone._render(s_b, kind)
+            alone.wholes._render(s_b, kind)
             got, want = s.memo[kind][1], s_b.memo[kind][1]
             assert got.replace(b"b-", b"") == want.replace(b"b-", b""), (f.name, kind)
         for eid, e in s.index.by_id.items():  # each message file as rendered on its own
             if e.numbered:  # (a line whose id a later line took shares its files)
-                shown = together.rendered(s, Key(Kind.MESSAGE, path, s.epoch, eid))
-                assert shown == alone.rendered(s_b, Key(Kind.MESSAGE, path_b, s_b.epoch, eid)), eid
+                shown = together.texts.rendered(s, Key(Kind.MESSAGE, path, s.epoch, eid))
+                assert shown == alone.texts.rendered(
+                    s_b, Key(Kind.MESSAGE, path_b, s_b.epoch, eid)
+                ), eid
 
 
 @pytest.mark.warns  # the broken line of the big session, and the damaged fixtures' problems
@@ -637,15 +639,15 @@ def test_conversation_md_gives_every_branch_views_size(tmp_path: Path) -> None:
         path.write_bytes(f.read_bytes())
         v = View(Store(str(tmp_path / str(n))))
         s = v.store.session(str(path)).load()
-        v.conv_text(s)  # as a listing of the session folder renders it
+        v.wholes.conv_text(s)  # as a listing of the session folder renders it
         sizes = dict(s.memo.get("branch_sizes", {}))
         if f not in damaged_files:  # (a duplicate id or an orphan may come before its parent)
-            assert set(v.listed(s)) <= sizes.keys(), f
+            assert set(v.texts.listed(s)) <= sizes.keys(), f
         fresh = View(Store(str(tmp_path / str(n))))
         fs = fresh.store.session(str(path)).load()
-        some = sorted(sizes)[:: max(1, len(sizes) // 50)] + v.listed(s)
+        some = sorted(sizes)[:: max(1, len(sizes) // 50)] + v.texts.listed(s)
         for eid in set(some) & sizes.keys():
-            assert sizes[eid] == len(fresh.branch_text(fs, eid)), (f, eid)
+            assert sizes[eid] == len(fresh.texts.branch_text(fs, eid)), (f, eid)
             checked += 1
     assert checked > 100
 

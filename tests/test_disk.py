@@ -448,10 +448,10 @@ def test_a_problem_found_after_the_last_entry_is_noted_at_once(tmp_path: Path) -
         f.write(b'{"type": "message", "id": \n')
     s = v.up_to_date(str(path))  # (as the watcher has it read)
     _listing(v, path)  # (as the kernel lists the folder again: conversation.md's new size)
-    text = v.conv_text(s)
+    text = v.wholes.conv_text(s)
     assert b"> problem: line 6: malformed-json" in text
     fresh = View(Store(str(root)))
-    assert text == fresh.conv_text(fresh.store.session(str(path)).load())
+    assert text == fresh.wholes.conv_text(fresh.store.session(str(path)).load())
     assert v.save(s)
     c.close()
 
@@ -656,7 +656,7 @@ def test_a_big_conversation_no_one_holds_whole_is_saved_whole(
     _, names = _listing(v, path)
     s = store.session(str(path)).loaded
     assert s is not None
-    real = v.conv_text(s)
+    real = v.wholes.conv_text(s)
     assert len(real) > 256 << 10 and s.memo["conversation"].parts() is None  # (not whole)
     store.session(str(path)).evict()
     c.close()

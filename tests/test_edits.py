@@ -141,8 +141,8 @@ def test_scratch_nodes_are_freed_when_deleted(tmp_path: Path) -> None:
         ed.close(100 + i)
         ed.unlink(folder, "4913")
         ed.forget(ino)  # the kernel lets go of the inode
-    assert ed.view.nodes == {}
-    assert ed.view.overlays == {}
+    assert ed.view.scratch.nodes == {}
+    assert ed.view.scratch.overlays == {}
 
 
 def test_same_text_without_final_newline_or_with_crlf_appends_nothing(tmp_path: Path) -> None:
@@ -168,6 +168,6 @@ def test_unchanged_vim_save_leaves_the_message_itself(tmp_path: Path) -> None:
     ed.close(40)
     ed.unlink(folder, name + "~")
     assert ed.view.lookup(folder, name).ino == ino  # the message file again, not a stand-in
-    for n in list(ed.view.nodes):
+    for n in list(ed.view.scratch.nodes):
         ed.forget(n)
-    assert ed.view.nodes == {}
+    assert ed.view.scratch.nodes == {}

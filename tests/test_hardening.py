@@ -374,12 +374,12 @@ def test_a_line_forked_many_times_renders_in_linear_time_and_size(tmp_path: Path
     (tmp_path / "p" / "s.jsonl").write_bytes(data)
     view = View(Store(str(tmp_path)))
     s = view.up_to_date(str(tmp_path / "p" / "s.jsonl"))
-    tree = summary.tree_txt(s, lambda e: view.folder_of(s, e)).decode()
+    tree = summary.tree_txt(s, lambda e: view.texts.folder_of(s, e)).decode()
     rows = tree.splitlines()
     assert len(rows) == n + 2  # two header lines, a row per entry
     assert max(len(r) for r in rows) < 40 + 3 * summary.MAX_LEVELS + 80, max(rows, key=len)
     assert "⋯" in tree  # the deep levels are said, not dropped
-    doc = orjson.loads(summary.session_json(s, lambda e: view.folder_of(s, e), set()))
+    doc = orjson.loads(summary.session_json(s, lambda e: view.texts.folder_of(s, e), set()))
     for leaf in doc["leaves"]:
         assert leaf["files"] == len(s.index.numbered_path(leaf["id"]))
 
@@ -418,16 +418,16 @@ def test_a_name_in_a_deep_folder_is_found_without_rendering_the_path(
     for leaf in range(n - 50, n):
         key = Key(Kind.ENTRY, path, s.epoch, f"{leaf:08x}")
         with pytest.raises(NotFound):
-            view.file_named(s, key, "sedAbC123")
+            view.texts.file_named(s, key, "sedAbC123")
         with pytest.raises(NotFound):
-            view.file_named(s, key, f"{leaf + 2:04d}-user.md")  # past the folder's end
-        first = view.file_named(s, key, "0001-user.md")
+            view.texts.file_named(s, key, f"{leaf + 2:04d}-user.md")  # past the folder's end
+        first = view.texts.file_named(s, key, "0001-user.md")
         assert first.eid == "00000000"
-        mine = view.file_named(s, key, f"{leaf + 1:04d}-user.md")
+        mine = view.texts.file_named(s, key, f"{leaf + 1:04d}-user.md")
         assert mine.eid == f"{leaf:08x}" and mine.kind == "msg"
     assert calls <= 50, f"{calls} renders for 200 lookups"
     with pytest.raises(NotFound):
-        view.file_named(s, Key(Kind.ENTRY, path, s.epoch, "00000009"), "0010-assistant.md")
+        view.texts.file_named(s, Key(Kind.ENTRY, path, s.epoch, "00000009"), "0010-assistant.md")
 
 
 # -- 5. one save, one line -----------------------------------------------------------------

@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 import pytest
 
 from pisessfs import heads, sessions
-from pisessfs import view as view_module
+from pisessfs import inodes as inodes_module
+from pisessfs import texts as texts_module
 from pisessfs.errors import Busy
 from pisessfs.kept import Kept
 from pisessfs.kind import Kind
@@ -242,7 +243,7 @@ def test_a_render_that_ends_as_its_session_is_dropped_is_shelved_with_it(tmp_pat
             dropped.append(v.store.shrink(1, 64 << 20, 0.0))  # (the loop's, or --warm's)
             super().add(item)
 
-    work = v.render_step(sf, s, Kind.TREE, waited=DroppedMeanwhile())
+    work = v.wholes.render_step(sf, s, Kind.TREE, waited=DroppedMeanwhile())
     assert work is not None
     work()
     v.store.shelf.settle()
@@ -266,7 +267,7 @@ def test_two_first_renders_of_a_conversation_across_an_append_agree_with_its_siz
     core(v.up_to_date, path)  # parsed first (not part of the race)
     started: list[threading.Event] = [threading.Event(), threading.Event()]
     go: list[threading.Event] = [threading.Event(), threading.Event()]
-    render = v._conversation
+    render = v.wholes._conversation
 
     def held_up(frozen: sessions.Loaded) -> int:
         n = sum(e.is_set() for e in started)
@@ -274,7 +275,7 @@ def test_two_first_renders_of_a_conversation_across_an_append_agree_with_its_siz
         assert go[n].wait(30)
         return render(frozen)
 
-    monkeypatch.setattr(v, "_conversation", held_up)
+    monkeypatch.setattr(v.wholes, "_conversation", held_up)
     conv = v.ino(Key(Kind.CONVERSATION, path))
     ino, listing = (
         (conv, False) if asked == Kind.CONVERSATION else (v.ino(Key(Kind.SESSION, path)), True)
@@ -297,9 +298,9 @@ def test_two_first_renders_of_a_conversation_across_an_append_agree_with_its_siz
     core(v.ready, conv)
     s = core(v.up_to_date, path)
     fresh = View(Store(str(tmp_path)))
-    want = fresh.conv_text(fresh.store.session(path).load())
-    assert v.conv_size(s) == len(want)
-    assert v.conv_text(s) == want
+    want = fresh.wholes.conv_text(fresh.store.session(path).load())
+    assert v.wholes.conv_size(s) == len(want)
+    assert v.wholes.conv_text(s) == want
 
 
 def test_a_copy_for_a_render_is_made_while_the_loop_adds_to_what_the_view_remembers(
@@ -381,7 +382,7 @@ def test_the_inode_table_is_safe_to_name_from_a_thread_while_the_loop_scans_it(
     (``View.ino``) while the loop scans the table (a chmod: ``changed_everything_of``;
     an inotify overflow: ``known_of``) or sweeps it: no scan fails for a name made
     meanwhile, and every name keeps one number."""
-    monkeypatch.setattr(view_module, "UNHELD_KEPT", 512)
+    monkeypatch.setattr(inodes_module, "UNHELD_KEPT", 512)
     v = View(Store(str(tmp_path)))
     keys = [Key(Kind.SESSION, f"/s/{i}.jsonl") for i in range(100_000)]
     failed: list[BaseException] = []
@@ -450,12 +451,12 @@ def test_renders_are_safe_to_keep_from_a_thread_while_the_loop_reads_them(tmp_pa
 
     def render_all() -> None:
         for k in keys:
-            v.rendered(s, k)
+            v.texts.rendered(s, k)
 
     def read_back() -> None:
         for _ in range(20):
             for k in reversed(keys):
-                v.rendered(s, k)
+                v.texts.rendered(s, k)
 
     side_by_side(render_all, read_back)
-    assert v._cache_bytes == sum(map(view_module._weight, v._cache.values()))
+    assert v.texts._cache_bytes == sum(map(texts_module._weight, v.texts._cache.values()))
