@@ -274,11 +274,11 @@ class Actions:
         view.store.forget(path)
         for folder in [k for k in view.scratch.overlays if k.path == path]:
             del view.scratch.overlays[folder]  # scratch files of its folders went with it
-        view.changed_session(path)
+        view.changes.session(path)
         up = os.path.dirname(path)
         ino = ROOT_INO if up == view.store.root else view.known(Key(Kind.PROJECT, up))
         if ino is not None:
-            view.changed_inode(ino)
+            view.changes.inode(ino)
 
 
 def _label_line(s: Loaded, eid: str, fields: dict[str, Any]) -> writer.Pending:

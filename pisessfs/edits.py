@@ -442,7 +442,7 @@ class Editor:
         binding.baseline = job.data
         if job.old_current is not None and self._through_current(job, s):
             self._follow(job.old_current, new_folder)
-        self.view.changed_session(s.path)
+        self.view.changes.session(s.path)
 
     def _through_current(self, job: Job, s: Loaded) -> bool:
         """Whether the save was (likely) made through ``current/``: in its folder, or in
@@ -478,7 +478,7 @@ class Editor:
         if h is None:
             return
         if h.buf is not None:
-            self.view.changed_inode(h.ino)  # the kernel may hold the bytes we were sent
+            self.view.changes.inode(h.ino)  # the kernel may hold the bytes we were sent
         node = h.node
         if node is None or self._open(node):
             return

@@ -101,7 +101,7 @@ def _no_opendir() -> bool:
 
 
 #: The kernel lists every folder it listed before from its cache, until the view says the
-#: listing changed (``View.invalidations``, ``PAGES``): a walk pays nothing for a folder.
+#: listing changed (``Changes.invalidations``, ``PAGES``): a walk pays nothing for a folder.
 NO_OPENDIR = _no_opendir()
 #: How much of a file the kernel is given at its open (``Operations._push``): all of most
 #: (conversation.md averages 170 KiB in the 1 GB bench corpus), the start of a big one.
@@ -298,12 +298,12 @@ class Operations(pyfuse3.Operations):
 
     @now
     def getattr_now(self, inode: int) -> pyfuse3.EntryAttributes | None:
-        kept = self.view.kept_attr(inode)
+        kept = self.view.keeping.kept_attr(inode)
         return None if kept is None else self._entry(kept)
 
     @now
     def readlink_now(self, inode: int) -> bytes | None:
-        return self.view.kept_link(inode)
+        return self.view.keeping.kept_link(inode)
 
     @now
     def open_now(self, inode: int, flags: int) -> pyfuse3.FileInfo | None:
@@ -312,7 +312,7 @@ class Operations(pyfuse3.Operations):
     @now
     def read_now(self, fh: int, off: int, size: int) -> bytes | None:
         snap = self._files.get(fh)
-        if snap is None or self.view.grew(snap, off, size):
+        if snap is None or self.view.keeping.grew(snap, off, size):
             return None  # (being written; or it grew since it was kept: see ``read``)
         try:
             self._filled(snap)
@@ -340,7 +340,7 @@ class Operations(pyfuse3.Operations):
     def _kept_entry(self, parent_inode: int, n: str) -> pyfuse3.EntryAttributes | None:
         if self.view.never(parent_inode, n):
             return self._none()
-        kept = self.view.kept_child(parent_inode, n)
+        kept = self.view.keeping.kept_child(parent_inode, n)
         if kept is not None:  # (a session whose file is unchanged since it answered)
             return self._taken(kept)
         return None
@@ -367,7 +367,7 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        kept = self.view.kept_attr(inode)
+        kept = self.view.keeping.kept_attr(inode)
         if kept is not None:
             return self._entry(kept)
         await self._ready(inode, attr_only=True)
@@ -375,7 +375,7 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
-        kept = self.view.kept_link(inode)
+        kept = self.view.keeping.kept_link(inode)
         if kept is not None:
             return kept
         await self._ready(inode)
@@ -393,7 +393,7 @@ class Operations(pyfuse3.Operations):
         return fh
 
     async def listing(self, inode: int) -> list[tuple[str, v.Attr]]:
-        listing = self.view.kept_listing(inode)
+        listing = self.view.keeping.kept_listing(inode)
         if listing is None:
             await self._ready(inode, listing=True)
             listing = self.view.children(inode)
@@ -423,7 +423,9 @@ class Operations(pyfuse3.Operations):
     def _kept_continued(self, ino: int, start: int) -> list[tuple[str, v.Attr]] | None:
         """``_continued`` from what is kept (the listing begun, a session's kept answers),
         or None when the listing must be made."""
-        listing = (self._listings.get(ino) if start else None) or self.view.kept_listing(ino)
+        listing = (self._listings.get(ino) if start else None) or self.view.keeping.kept_listing(
+            ino
+        )
         return None if listing is None else self._going_on(ino, start, listing)
 
     def _going_on(
@@ -473,7 +475,7 @@ class Operations(pyfuse3.Operations):
     def _open_later(self, inode: int, flags: int) -> pyfuse3.FileInfo | None:
         """A read of a whole-session file of a session whose file is unchanged since it
         answered: the kernel knows its size, and its page cache most likely has the bytes."""
-        later = None if flags & WRITES else self.view.later(inode)
+        later = None if flags & WRITES else self.view.keeping.later(inode)
         if later is None:
             return None
         fh = next(self._fh)
@@ -522,12 +524,16 @@ class Operations(pyfuse3.Operations):
         :class:`~pisessfs.view.Busy`: the handler's ``_ready`` runs what is due)."""
         if self._unfilled(snap):
             self.view.ready(snap.ino, False, False, set())
-            self.view.fill(snap)
+            self.view.keeping.fill(snap)
 
     def _unfilled(self, snap: v.Snapshot) -> TypeGuard[v.Later]:
         """A handle opened from kept answers whose bytes neither the shelf nor the disk
         cache has: its session must make them."""
-        return isinstance(snap, v.Later) and snap.inner is None and not self.view.unshelve(snap)
+        return (
+            isinstance(snap, v.Later)
+            and snap.inner is None
+            and not self.view.keeping.unshelve(snap)
+        )
 
     @handler
     async def read(self, fh: int, off: int, size: int) -> bytes:
@@ -536,10 +542,10 @@ class Operations(pyfuse3.Operations):
         snap = self._files[fh]
         if self._unfilled(snap):
             await self._ready(snap.ino)  # not on the shelf either: the session is parsed
-            self.view.fill(snap)
-        elif self.view.grew(snap, off, size):
+            self.view.keeping.fill(snap)
+        elif self.view.keeping.grew(snap, off, size):
             await self._ready(snap.ino)  # (tail -f of conversation.md: it grew since)
-            self.view.catch_up(snap)
+            self.view.keeping.catch_up(snap)
         return await self._core(snap.read, off, size)  # (conversation.md: Busy to make a part)
 
     @handler

@@ -1,6 +1,6 @@
 """Telling the kernel what changed: the queue of invalidations the core asks for.
 
-The core (``View.invalidations``) says which inodes, pages and names no longer hold; this
+The core (``Changes.invalidations``) says which inodes, pages and names no longer hold; this
 module sends them to the kernel from a task beside ``pyfuse3.main``, each batch in a worker
 thread, never from inside a handler: the kernel may wait for requests in flight on the same
 node before it answers, and those need the event loop (calling it from a handler deadlocks
@@ -62,7 +62,7 @@ class Invalidator:
 
     def drain(self) -> None:
         """Queue the invalidations the core asked for (never done inside a handler)."""
-        queue = self.view.invalidations
+        queue = self.view.changes.invalidations
         while queue:
             item = queue.popleft()
             if item[1] is None or item[1] == v.PAGES:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from . import writer
 from .errors import IsADir, NotADir, NotALink, NotFound
-from .handles import Snapshot
+from .handles import FileSnapshot, Snapshot
 from .kind import Kind
 from .names import VIEW_SUFFIX, id_name, utf8
 from .render import message_of
@@ -56,7 +56,7 @@ RAW = ".session.jsonl"  # the real file's bytes: session.jsonl links here; never
 
 
 class Growth(enum.Enum):
-    """What the kernel drops of a node when its session file grows (``View.changed_session``)."""
+    """What the kernel drops of a node when its session file grows (``Changes.session``)."""
 
     NOTHING = enum.auto()  # what an entry shows never changes
     ATTRS = enum.auto()  # its size or times: its bytes only grew, or are read around the cache
@@ -82,7 +82,7 @@ class NodeKind:
     #: what the kernel drops of it when its session file grows (one node per session)
     grows: ClassVar[Growth] = Growth.NOTHING
     #: of a fork, it changes when a session file comes or goes: its parent may have
-    #: (its listing, its link target; ``View.came_or_went``)
+    #: (its listing, its link target; ``Changes.came_or_went``)
     follows_parent: ClassVar[bool] = False
 
     def child(self, v: View, key: Key, name: str) -> Key:
@@ -435,7 +435,7 @@ class Whole(NodeKind):
     grows = Growth.PAGES
 
     def holds(self, v: View, s: Loaded, key: Key) -> bool:
-        hit = s.memo.get(self.name)  # (a rendering of an older version, while one is made)
+        hit = s.memo.renders.get(self.name)  # (a rendering of an older version, while one is made)
         return hit is not None and hit[0] == s.version
 
     def content(self, v: View, key: Key) -> bytes:
@@ -491,8 +491,18 @@ class Raw(NodeKind):
         return v.session(key).read_all()
 
     def opened(self, v: View, key: Key) -> Snapshot:
-        # A descriptor of its own: tail -f reads what is appended while it is open
-        return v.file_snapshot(key)
+        """The session file itself: a descriptor of its own (one per open handle, not per
+        session), so that ``tail -f`` reads what is appended while it is open, and a file
+        replaced or deleted meanwhile is still read as it was."""
+        s = v.session(key)
+        ident = s.ident
+        assert ident is not None
+        fd = v.store.files.open(key.path)
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (ident.dev, ident.ino):
+            os.close(fd)
+            raise NotFound(f"{key.path}: replaced since it was read")
+        return FileSnapshot(fd, s.size, s.window)
 
 
 # -- links ------------------------------------------------------------------------------------
@@ -618,10 +628,12 @@ def _fork(v: View, s: Loaded) -> Fork | None:
     named = named_parent(s)
     if named is None:
         return None
-    v.forks.add(s.path)  # its listing changes when sessions come and go (View.came_or_went)
-    fork: Fork | None = s.memo.get("parent")
+    v.changes.forks.add(
+        s.path
+    )  # its listing changes when sessions come and go (Changes.came_or_went)
+    fork = s.memo.parent
     if fork is None:
-        fork = s.memo["parent"] = Fork(named, None, -math.inf)
+        fork = s.memo.parent = Fork(named, None, -math.inf)
     return _looked_for(v, s.path, fork)
 
 
@@ -630,7 +642,7 @@ def _looked_for(v: View, path: str, fork: Fork) -> Fork:
     once it is ``PARENT_TTL`` old, or older than the last session file that came or went:
     every lookup in the folder asks, and walks no listing."""
     now = time.monotonic()
-    if now - fork.checked >= PARENT_TTL or fork.checked < v.moved:
+    if now - fork.checked >= PARENT_TTL or fork.checked < v.changes.moved:
         fork.link, fork.checked = _find_parent(v, path, fork.named), now
     return fork
 

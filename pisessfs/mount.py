@@ -223,7 +223,7 @@ def _save(view: View, cache: DiskStore, clean: bool) -> None:
     try:
         cache.keep_heads(view.store.heads_to_keep())  # (the names: a few ms)
         if clean:
-            view.save_all(until)
+            view.carry.save_all(until)
     except Exception:  # the unmount itself is done: a cache not saved is only slower
         log.exception("disk cache: saving at unmount failed")
     finally:

@@ -99,6 +99,6 @@ class Saves:
                 raise
             await self.core(self.view.up_to_date, path)
         log.info("%s: appended %s", path, change.what)
-        self.view.changed_session(path)
+        self.view.changes.session(path)
         self.invalidator.drain()
         await self.invalidator.settled()

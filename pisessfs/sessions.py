@@ -32,8 +32,8 @@ import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from .files import Entry as FileEntry
 from .files import Files, Unreadable
@@ -45,18 +45,22 @@ from .shelf import SHARE, Shelf
 from .store import DiskStore
 from .tree import Index, NeedsRebuild
 
+if TYPE_CHECKING:
+    from .inodes import Key
+    from .layout import Fork
+    from .onefile import Conversation
+    from .summary import Previews
+
 log = logging.getLogger(__name__)
 
 __all__ = ["YIELD", "Identity", "Loaded", "SessionFile", "Store", "Unreadable", "Work"]
 
-VOLATILE = ("listed",)  # whole-session memos dropped on every change (renders carry versions)
 READ_AHEAD = 1 << 20  # bytes read at once for lines read in file order
 _AHEAD = threading.local()  # the last block read ahead by this thread: file, start, bytes
 #: Bytes per item of the per-entry memos (an estimate: a dict slot, a key, a short value).
-MEMO_COSTS = {"previews": 250, "branch_sizes": 120, "folder": 150}
-LISTED_NAME_COST = 200  # bytes per name of an entry folder's listing kept in the "files" memo
+PREVIEW_COST, BRANCH_SIZE_COST, FOLDER_NAME_COST = 250, 120, 150
+LISTED_NAME_COST = 200  # bytes per name of an entry folder's listing kept (``Derived.files``)
 RENDERED = (Kind.TREE, Kind.JSON)  # memos of whole-session renderings: (version, bytes)
-VERSIONED = (*RENDERED, Kind.CONVERSATION)  # memos of a rendering of a version: newest kept
 _RACY_NS = 100_000_000
 _WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
 # Bytes read and parsed at a time by a whole read: above glibc's largest mmap threshold
@@ -131,6 +135,71 @@ class Identity:
         )
 
 
+@dataclass(slots=True)
+class Derived:
+    """What the view derives from a parsed session, kept with it (``Loaded.memo``).
+
+    Entry-derived parts stay right while the file only grows, and a frozen copy a render
+    works on shares them (entries never change); whole-session renderings carry the version
+    of the file they are of, and the newest is kept. All of it goes when the index is built
+    again (``Loaded.rebuild``)."""
+
+    #: tree.txt and session.json: (version, bytes); conversation.md: (version, its size)
+    renders: dict[Kind, tuple[int, Any]] = field(default_factory=dict)
+    conversation: Conversation | None = None  # conversation.md's text, grown in place
+    listed: list[str] | None = None  # the leaves ``leaves/`` lists (dropped at every change)
+    previews: Previews | None = None  # tree.txt's one-line previews, per entry
+    branch_sizes: dict[str, int] = field(default_factory=dict)  # size of nodes/<id>.md
+    folder: dict[str, str] = field(default_factory=dict)  # a leaf's folder name
+    #: The last entry folders' listings (their numbered files and images)
+    files: OrderedDict[str, list[tuple[str, Key]]] = field(default_factory=OrderedDict)
+    calls: tuple[Entry, dict[str, dict[str, Any]]] | None = None  # the last message's calls
+    parent: Fork | None = None  # a fork's ``parent`` link, as last looked for
+    pi_name: tuple[int, str | None] | None = None  # the name Pi shows, of a version
+
+    def for_a_copy(self) -> Derived:
+        """What a frozen copy starts with: the entry-derived parts shared, the renderings
+        its own (a copy first: the loop adds to them meanwhile), nothing volatile."""
+        out = copy.copy(self)
+        out.renders = self.renders.copy()
+        out.listed = None
+        return out
+
+    def adopt(self, theirs: Derived) -> None:
+        """Keep what a frozen copy made: of two renderings of a file, the newer version's;
+        a part this one lacks."""
+        for kind, made in theirs.renders.copy().items():
+            mine = self.renders.get(kind)
+            if mine is None or made[0] > mine[0]:
+                self.renders[kind] = made
+        if self.conversation is None:
+            self.conversation = theirs.conversation
+        if self.previews is None:
+            self.previews = theirs.previews
+        if self.parent is None:
+            self.parent = theirs.parent
+        if self.pi_name is None:
+            self.pi_name = theirs.pi_name
+
+    def nbytes(self) -> int:
+        """What it holds, as counted against the parse cache's cap: the whole-session files
+        rendered, what the view remembers per entry, at what a dict slot and a short string
+        cost."""
+        held = 0
+        for kind in RENDERED:
+            hit = self.renders.get(kind)
+            if hit is not None:
+                held += len(hit[1])
+        if self.conversation is not None:
+            held += self.conversation.held()  # what it holds of conversation.md, not its size
+        if self.previews is not None:
+            held += PREVIEW_COST * len(self.previews)
+        held += BRANCH_SIZE_COST * len(self.branch_sizes) + FOLDER_NAME_COST * len(self.folder)
+        # (list(): a render thread may change the dict meanwhile)
+        held += LISTED_NAME_COST * sum(map(len, list(self.files.values())))
+        return held
+
+
 class Loaded:
     """A parsed session: parser and index, valid for one epoch.
 
@@ -155,9 +224,7 @@ class Loaded:
         self._stats = Stats()
         self._counted = 0
         self.reported: set[tuple[int, str]] = set()
-        # Renders the view derives from this state. Entry-derived ones stay valid while the
-        # file only grows; whole-session ones carry the version they were made from.
-        self.memo: dict[str, Any] = {}
+        self.memo = Derived()  # what the view derives from this state
         self.rebuilds = 0  # times the index was built again (the memo cleared)
         self.frozen_at = 0  # entries consumed when the collector last froze its objects
 
@@ -221,9 +288,7 @@ class Loaded:
         parser.problems = list(parser.problems)
         f.parser = parser
         f._stats = copy.deepcopy(self._stats)
-        # (a copy first: the loop adds to the memos meanwhile, and a dict changed while a
-        # comprehension walks it raises)
-        f.memo = {k: v for k, v in self.memo.copy().items() if k not in VOLATILE}
+        f.memo = self.memo.for_a_copy()
         return f
 
     def adopt(self, f: Loaded) -> None:
@@ -234,12 +299,7 @@ class Loaded:
             self._stats, self._counted = f._stats, f._counted
         if f.rebuilds != self.rebuilds:
             return  # the index was built again meanwhile: what the copy made is of the old one
-        for k, v in f.memo.items():
-            if k in VOLATILE:
-                continue
-            mine = self.memo.get(k)
-            if mine is None or (k in VERSIONED and v[0] > mine[0]):
-                self.memo[k] = v
+        self.memo.adopt(f.memo)
 
     def pread(self, size: int, offset: int) -> bytes:
         ident = self.ident
@@ -287,20 +347,7 @@ class Loaded:
         index costs about half of it), the whole-session files rendered from it, and what
         the view remembers per entry (tree.txt's previews, branch views' sizes, entry
         folders' listings), at what a dict slot and a short string cost."""
-        held = self.size
-        for kind in RENDERED:
-            hit = self.memo.get(kind)
-            if hit is not None:
-                held += len(hit[1])
-        conv = self.memo.get("conversation")
-        if conv is not None:
-            held += conv.held()  # what it holds of conversation.md, not its size
-        for k, per in MEMO_COSTS.items():
-            held += per * len(self.memo.get(k) or ())
-        listings = self.memo.get("files")
-        if listings:  # (list(): a render thread may change the dict meanwhile)
-            held += LISTED_NAME_COST * sum(map(len, list(listings.values())))
-        return held
+        return self.size + self.memo.nbytes()
 
     def absorb(self, fd: int, ident: Identity, limit: int | None = None) -> bool:
         """Parse the bytes of ``fd`` after those parsed so far, up to ``ident.size``, at most
@@ -329,8 +376,7 @@ class Loaded:
             ident, size=self.size, mtime_ns=ident.mtime_ns if done else 0
         )
         self.version += 1
-        for k in VOLATILE:
-            self.memo.pop(k, None)
+        self.memo.listed = None  # (the renders carry their version)
         return done
 
     def _feed(self, chunk: bytes) -> None:
@@ -392,7 +438,7 @@ class Loaded:
         self._tail = self.parser.tail
         self.consumed = len(self.parser.entries)
         self.version += 1
-        self.memo.clear()
+        self.memo = Derived()
         self.rebuilds += 1
         self._lane()
         self._warn()

@@ -86,7 +86,9 @@ class Previews:
 
 def previews_of(s: Loaded) -> Previews:
     """Session ``s``'s previews, as made so far."""
-    made: Previews = s.memo.setdefault("previews", Previews())
+    made = s.memo.previews
+    if made is None:
+        made = s.memo.previews = Previews()
     return made
 
 

@@ -82,7 +82,7 @@ class Texts:
         msg = render.message_of(d)
         call_id = msg.get("toolCallId")
         if e.kind == "assistant":  # its results come next: their calls, without a parse
-            s.memo["calls"] = (e, render.tool_calls(d))
+            s.memo.calls = (e, render.tool_calls(d))
         if msg.get("role") == "toolResult" and isinstance(call_id, str):
             return render.Context(call=self._call_above(s, e, call_id))
         named = d.get("firstKeptEntryId") if e.type == "compaction" else d.get("fromId")
@@ -105,11 +105,11 @@ class Texts:
     def _calls_of(self, s: Loaded, e: Entry) -> dict[str, dict[str, Any]]:
         """The tool calls of assistant entry ``e`` by id; the last one's are kept, as the
         results of one message follow it (a render parses the message once, not per result)."""
-        last = s.memo.get("calls")
+        last = s.memo.calls
         if last is not None and last[0] is e:
-            return last[1]  # type: ignore[no-any-return]
+            return last[1]
         calls = render.tool_calls(s.parsed(e))
-        s.memo["calls"] = (e, calls)
+        s.memo.calls = (e, calls)
         return calls
 
     def file_of(self, s: Loaded, eid: str, above: Entry) -> str | None:
@@ -190,7 +190,7 @@ class Texts:
         """The size of ``nodes/<id>.md`` without making it: the size of its parent's view
         plus its own block, kept per entry (``stat`` of every branch link, as ``rg`` does
         while it walks, costs one block per entry, not one path per leaf)."""
-        sizes: dict[str, int] = s.memo.setdefault("branch_sizes", {})
+        sizes = s.memo.branch_sizes
         self.entry(s, eid)
         todo: list[str] = []
         cur: str | None = eid
@@ -211,13 +211,13 @@ class Texts:
             if self.has_branch(s, eid):
                 return None
             return lambda: self.branch_text(s, eid)
-        if eid in s.memo.get("branch_sizes", ()):
+        if eid in s.memo.branch_sizes:
             return None
         return lambda: self.branch_size(s, eid)
 
     def folder_name(self, s: Loaded, leaf: str) -> str:
         """``<id>-<slug of the branch's last user message>`` (just ``<id>`` without one)."""
-        memo: dict[str, str] = s.memo.setdefault("folder", {})
+        memo = s.memo.folder
         name = memo.get(leaf)
         if name is None:
             text = ""
@@ -288,7 +288,7 @@ class Texts:
     def files(self, s: Loaded, key: Key) -> list[tuple[str, Key]]:
         """The numbered files (and images) of entry folder ``key``, in path order (the last
         few listings kept: a folder's names never change)."""
-        memo: OrderedDict[str, list[tuple[str, Key]]] = s.memo.setdefault("files", OrderedDict())
+        memo = s.memo.files
         out = memo.get(key.eid)
         if out is not None:
             with contextlib.suppress(KeyError):  # a render thread may have dropped it
@@ -311,10 +311,9 @@ class Texts:
         return out
 
     def listed(self, s: Loaded) -> list[str]:
-        memo = s.memo
-        if "listed" not in memo:
-            memo["listed"] = s.index.listed_leaves()
-        listed: list[str] = memo["listed"]
+        listed = s.memo.listed
+        if listed is None:
+            listed = s.memo.listed = s.index.listed_leaves()
         return listed
 
 

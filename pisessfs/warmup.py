@@ -89,7 +89,7 @@ class WarmUp:
         its parts again for a cold read: a walk of 1 GB took 13 s against 9 s), and memory
         stays low."""
         store = self.view.store
-        if indexing and await trio.to_thread.run_sync(self.view.on_disk, key.path):
+        if indexing and await trio.to_thread.run_sync(self.view.carry.on_disk, key.path):
             return None
         await self._make_room(key.path)
         try:
@@ -97,7 +97,7 @@ class WarmUp:
         except (v.ViewError, Unreadable, OSError) as err:  # gone, unreadable: skip it
             log.debug("warm-up: %s: %s", key.path, err)
             return False
-        if indexing and await trio.to_thread.run_sync(self.view.save_one, key.path):
+        if indexing and await trio.to_thread.run_sync(self.view.carry.save_one, key.path):
             leaving = await trio.to_thread.run_sync(store.leaving, key.path)
             if leaving is not None:
                 store.let_go(leaving)

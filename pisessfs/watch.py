@@ -86,7 +86,7 @@ class Watcher:
                 self.blind.discard(os.path.join(folder, ev.name))  # (nothing left to see)
             self._event(folder, ev, changed)
         for path in changed:
-            self.view.changed_session(path)
+            self.view.changes.session(path)
 
     def _event(self, folder: str, ev: Event, changed: dict[str, None]) -> None:
         path = os.path.join(folder, ev.name)
@@ -100,46 +100,46 @@ class Watcher:
         if ev.mask & IN_ATTRIB:
             # chmod, chown: what everything under the session's folder may show changed,
             # and the kernel caches the attributes of entry nodes for long.
-            self.view.changed_everything_of(path)
+            self.view.changes.everything_of(path)
             old = self.store.mode_changed(path)  # its name may no longer show its text
             if old is not None:
                 self._folder_changed(folder, old, True)
         if ev.mask & _GONE:
             self.store.forget(path)
-            self.view.changed_session(path)
+            self.view.changes.session(path)
         else:
             changed[path] = None
             stem = self.store.header_came(path)  # (named by its stem until its header came)
             if stem is not None:
                 self._folder_changed(folder, stem, True)
         if ev.mask & (_GONE | _CAME):
-            self.view.came_or_went()
+            self.view.changes.came_or_went()
 
     def _project(self, path: str, ev: Event) -> None:
         name = os.path.basename(path)
         if ev.mask & _CAME:
             self._watch(path)
         for shown in {name, project_name(name)}:
-            self.view.changed_entry(ROOT_INO, shown)
-        self.view.changed_contents(ROOT_INO)
+            self.view.changes.entry(ROOT_INO, shown)
+        self.view.changes.contents(ROOT_INO)
 
     def _folder_changed(self, folder: str, stem: str, listing: bool) -> None:
         """A session file changed: its folder's times changed, and its ``listing`` when the
         file came or went (the kernel keeps listings: an append does not drop it)."""
         ino = ROOT_INO if folder == self.store.root else self.view.known(Key(Kind.PROJECT, folder))
         if ino is not None:
-            (self.view.changed_contents if listing else self.view.changed_inode)(ino)
-            self.view.changed_entry(ino, stem)
+            (self.view.changes.contents if listing else self.view.changes.inode)(ino)
+            self.view.changes.entry(ino, stem)
         latest = self.view.known(Key(Kind.LATEST, folder))  # it may lead to this one now
         if latest is not None:
-            self.view.changed_contents(latest)
+            self.view.changes.contents(latest)
 
     def _everything_changed(self, changed: dict[str, None]) -> None:
         """Events were lost: every folder the kernel may have listed, and every session it
         may have seen (it keeps their answers for minutes), is dropped from its caches."""
-        self.view.changed_contents(ROOT_INO)
+        self.view.changes.contents(ROOT_INO)
         for _, ino in self.view.known_of(Kind.PROJECT):
-            self.view.changed_contents(ino)
+            self.view.changes.contents(ino)
         for key, _ in self.view.known_of(Kind.SESSION):
             changed[key.path] = None
         for path in self.store.loaded_paths():

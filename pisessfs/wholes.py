@@ -58,7 +58,7 @@ class Wholes:
         session that grows meanwhile does not make it wait for another). conversation.md
         is rendered for its new entries only (cheap).
         """
-        hit = s.memo.get(kind)
+        hit = s.memo.renders.get(kind)
         if hit is not None and (
             hit[0] == s.version or (s.path, kind, hit[0]) in (waited or ())  # one per request
         ):
@@ -77,7 +77,7 @@ class Wholes:
             # One render of a file at a time: requests that come while it runs (a lookup, a
             # stat, an open of one growing session) take its rendering, not one each.
             with self._render_locks[hash((s.path, kind)) % len(self._render_locks)]:
-                hit = s.memo.get(kind)
+                hit = s.memo.renders.get(kind)
                 if hit is not None and hit[0] >= asked:
                     if waited is not None:
                         waited.add((s.path, kind, hit[0]))
@@ -134,7 +134,7 @@ class Wholes:
         (from its block's size there), when its parent's is known (file order: nearly
         always). ``rg`` stats where every link of a walk leads: without these, each
         branch's entries were rendered again for it."""
-        sizes: dict[str, int] = s.memo.setdefault("branch_sizes", {})
+        sizes = s.memo.branch_sizes
 
         def sized(e: Entry, size: int) -> None:
             if e.id in sizes or s.index.by_id.get(e.id) is not e:
@@ -147,7 +147,9 @@ class Wholes:
 
     @staticmethod
     def conversation(s: Loaded) -> onefile.Conversation:
-        conv: onefile.Conversation = s.memo.setdefault("conversation", onefile.Conversation())
+        conv = s.memo.conversation
+        if conv is None:
+            conv = s.memo.conversation = onefile.Conversation()
         return conv
 
     @staticmethod
@@ -195,9 +197,9 @@ class Wholes:
 
     def _rendering(self, s: Loaded, kind: Kind) -> Any:
         """What the memo of whole-session file ``kind`` holds (rendered here if none)."""
-        if kind not in s.memo:
+        if kind not in s.memo.renders:
             self._render(s, kind)
-        return s.memo[kind][1]
+        return s.memo.renders[kind][1]
 
     def _render(self, s: Loaded, kind: Kind) -> None:
         """Render a whole-session file of ``s`` (blocking in proportion to the session) and
@@ -214,4 +216,4 @@ class Wholes:
             data = self._conversation(s)
         else:
             data = summary.session_json(s, folder_of, set(self.texts.listed(s)))
-        s.memo[kind] = (version, data)
+        s.memo.renders[kind] = (version, data)

@@ -251,16 +251,16 @@ def pi_leaf(s: Loaded) -> str | None:
 def pi_name(s: Loaded) -> str | None:
     """The name Pi shows (``getSessionName``): the last ``session_info`` line decides, its
     name trimmed as JavaScript trims; a blank or missing name is none (a clear)."""
-    memo = s.memo.get("pi-name")
+    memo = s.memo.pi_name
     if memo is not None and memo[0] == s.version:
-        return memo[1]  # type: ignore[no-any-return]
+        return memo[1]
     name: str | None = None
     tail = s.parser.tail
     for e in itertools.chain((tail,) if tail is not None else (), reversed(s.parser.entries)):
         if e.type == "session_info":
             name = js_trim(e.note) or None if e.note is not None else None
             break
-    s.memo["pi-name"] = (s.version, name)
+    s.memo.pi_name = (s.version, name)
     return name
 
 

@@ -130,11 +130,11 @@ def test_the_kernel_is_told_when_a_listing_it_keeps_changed(tmp_path: Path) -> N
         return sess.st_ino, leaves.st_ino
 
     sess, leaves = trio.run(walk)
-    ops.view.invalidations.clear()
+    ops.view.changes.invalidations.clear()
     with (tmp_path / "s.jsonl").open("ab") as f:  # a fork: a second leaf
         f.write(damaged.line(damaged.user("0000000a", "00000000", "a fork", 9)))
-    ops.view.changed_session(str(tmp_path / "s.jsonl"))  # (what the watcher calls)
-    dropped = set(ops.view.invalidations)
+    ops.view.changes.session(str(tmp_path / "s.jsonl"))  # (what the watcher calls)
+    dropped = set(ops.view.changes.invalidations)
     assert {(sess, PAGES), (leaves, PAGES)} <= dropped
 
 
@@ -309,7 +309,7 @@ def test_a_file_is_given_to_the_kernel_at_its_open_once_and_never_beside_a_reade
     assert stored == [(tree, 0, whole)] and whole
     release(open_now(tree))
     assert len(stored) == 1  # given already
-    ops.view.invalidations.append((tree, PAGES))
+    ops.view.changes.invalidations.append((tree, PAGES))
     ops.drain()  # (its pages go)
     beside = open_now(tree)  # (the first is still open)
     assert len(stored) == 1

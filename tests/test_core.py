@@ -290,11 +290,11 @@ def test_a_parsed_session_answers_from_kept_answers_until_its_file_changes(
     listings = {ino: v.children(ino) for ino in (sess, leaves)}
     assert str(f) in set(v.store.loaded_paths())  # parsed
     for ino, listing in listings.items():
-        assert v.kept_listing(ino) == listing
+        assert v.keeping.kept_listing(ino) == listing
     with open(f, "ab") as out:
         out.write(line(user("bbbbbbbb", "aaaaaaaa", "Second one", 2)))
-    v.changed_session(str(f))  # what the watcher calls
-    assert v.kept_listing(sess) is None and v.kept_listing(leaves) is None
+    v.changes.session(str(f))  # what the watcher calls
+    assert v.keeping.kept_listing(sess) is None and v.keeping.kept_listing(leaves) is None
     names = [n for n, _ in v.children(leaves)]
     assert names == ["bbbbbbbb-second-one", "bbbbbbbb-second-one.md"]
 
@@ -311,10 +311,10 @@ def test_answers_dropped_are_not_answered_again_by_the_last_session_asked(
     v = View(Store(str(tmp_path)))
     sess = enter(v, v.lookup(1, "home-x").ino, "s1")
     listing = v.children(sess)
-    assert v.kept_listing(sess) == listing
-    assert v.kept_listing(sess) == listing  # (the second from the last session asked)
-    v._kept.drop(str(f))
-    assert v.kept_listing(sess) is None
+    assert v.keeping.kept_listing(sess) == listing
+    assert v.keeping.kept_listing(sess) == listing  # (the second from the last session asked)
+    v.keeping.answers.drop(str(f))
+    assert v.keeping.kept_listing(sess) is None
 
 
 def test_unreadable_session_is_denied_alone(
@@ -536,7 +536,7 @@ def test_each_line_is_decoded_once_for_all_whole_session_files(
         s_b = alone.up_to_date(path_b)
         for kind in (Kind.JSON, Kind.TREE):
             alone.wholes._render(s_b, kind)
-            got, want = s.memo[kind][1], s_b.memo[kind][1]
+            got, want = s.memo.renders[kind][1], s_b.memo.renders[kind][1]
             assert got.replace(b"b-", b"") == want.replace(b"b-", b""), (f.name, kind)
         for eid, e in s.index.by_id.items():  # each message file as rendered on its own
             if e.numbered:  # (a line whose id a later line took shares its files)
@@ -584,25 +584,25 @@ def test_a_dropped_sessions_files_are_read_from_the_shelf_without_a_parse(tmp_pa
     assert len(dropped) >= 4 and len(store.shelf) == len(dropped)  # (the chains at least)
     assert 0 < store.shelf.bytes < sum(map(len, whole.values())) / 3  # compressed
     for ino, data in whole.items():
-        later = v.later(ino)
+        later = v.keeping.later(ino)
         assert later is not None and later.size == len(data)
         if v.key(ino).path in dropped:
-            assert v.unshelve(later)
+            assert v.keeping.unshelve(later)
         else:  # parsed (and unchanged: it answers from its kept answers too)
-            assert not v.unshelve(later)
-            v.fill(later)  # read from its session
+            assert not v.keeping.unshelve(later)
+            v.keeping.fill(later)  # read from its session
         assert later.read(0, len(data) + 1) == data
         assert later.read(len(data) // 3, 70_000) == data[len(data) // 3 :][:70_000]
     assert set(store.loaded_paths()) == parsed  # none parsed again
     # a file that changed: its shelved files are not its own any more
     big = next(p for p in sorted(dropped) if "/chain" in p or p.endswith("/big.jsonl"))
     ino = next(i for i in whole if v.key(i).path == big and v.key(i).kind == "conv")
-    later = v.later(ino)
+    later = v.keeping.later(ino)
     assert later is not None
     with open(big, "ab") as out:
         out.write(line(user("ffffffff", "00000001", "one more", 5)))
-    v.changed_session(big)  # what the watcher calls
-    assert store.shelf.get(big, later.ident, "conv") is None and not v.unshelve(later)
+    v.changes.session(big)  # what the watcher calls
+    assert store.shelf.get(big, later.ident, "conv") is None and not v.keeping.unshelve(later)
 
 
 def test_the_shelf_keeps_to_its_share_of_the_cap(tmp_path: Path) -> None:
@@ -640,7 +640,7 @@ def test_conversation_md_gives_every_branch_views_size(tmp_path: Path) -> None:
         v = View(Store(str(tmp_path / str(n))))
         s = v.store.session(str(path)).load()
         v.wholes.conv_text(s)  # as a listing of the session folder renders it
-        sizes = dict(s.memo.get("branch_sizes", {}))
+        sizes = dict(s.memo.branch_sizes)
         if f not in damaged_files:  # (a duplicate id or an orphan may come before its parent)
             assert set(v.texts.listed(s)) <= sizes.keys(), f
         fresh = View(Store(str(tmp_path / str(n))))

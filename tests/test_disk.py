@@ -452,7 +452,7 @@ def test_a_problem_found_after_the_last_entry_is_noted_at_once(tmp_path: Path) -
     assert b"> problem: line 6: malformed-json" in text
     fresh = View(Store(str(root)))
     assert text == fresh.wholes.conv_text(fresh.store.session(str(path)).load())
-    assert v.save(s)
+    assert v.carry.save(s)
     c.close()
 
 
@@ -485,16 +485,16 @@ def test_a_rewrite_that_kept_size_and_mtime_is_not_saved(tmp_path: Path) -> None
     store, v, c = _view_on(root, tmp_path / "cache")
     _listing(v, path)
     s = store.session(str(path)).loaded
-    assert s is not None and v.save(s)  # (what it read: saved)
+    assert s is not None and v.carry.save(s)  # (what it read: saved)
     st = path.stat()
     with path.open("r+b") as f:  # (no truncation: nothing shows it in between)
         data = f.read()
         f.seek(0)
         f.write(data.replace(b"hi 1 ", b"HI 1 "))
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert not v.save(s)
+    assert not v.carry.save(s)
     path.write_bytes(path.read_bytes())  # (the same bytes again: a new ctime, nothing else)
-    assert not v.save(s)
+    assert not v.carry.save(s)
     c.close()
 
 
@@ -535,7 +535,7 @@ def test_an_entry_saved_again_is_never_read_at_the_old_offsets(tmp_path: Path) -
     store, v, c = _view_on(root, tmp_path / "cache")
     sess, names = _listing(v, path)
     assert c.used == 1  # answered from the entry
-    later = v.later(names["tree.txt"].ino)
+    later = v.keeping.later(names["tree.txt"].ino)
     assert later is not None
     v.ready(sess, listing=True)  # parsed after all; more answers gathered, then saved again
     for i in range(40):
@@ -546,9 +546,9 @@ def test_an_entry_saved_again_is_never_read_at_the_old_offsets(tmp_path: Path) -
     c.settle()
     assert c.saved == 1
     store.shelf.drop(str(path))  # (the shelf let it go)
-    if not v.unshelve(later):
+    if not v.keeping.unshelve(later):
         v.ready(later.ino)
-        v.fill(later)
+        v.keeping.fill(later)
     assert later.read(0, later.size) == real
     later.close()
     c.close()
@@ -575,7 +575,7 @@ def test_a_fork_whose_parent_moved_before_it_was_dropped_is_not_saved(
     monkeypatch.setattr(layout, "PARENT_TTL", 0.0)  # (looked for again at once)
     store.session(str(fork)).evict()
     c.settle()
-    assert c.saved == 0 and v.kept(names["parent"].ino) is None
+    assert c.saved == 0 and v.keeping.kept(names["parent"].ino) is None
     _, names = _listing(v, fork)  # parsed again: the link as it is now
     assert v.readlink(names["parent"].ino) != was
     c.close()
@@ -617,7 +617,7 @@ def _view_on(root: Path, cache: Path) -> tuple[Store, View, DiskStore]:
 def _listing(v: View, path: Path) -> tuple[int, dict[str, Any]]:
     """A session folder's listing, from kept answers (the disk cache's too) if any."""
     sess = v.ino(Key(Kind.SESSION, str(path)))
-    names = v.kept_listing(sess)
+    names = v.keeping.kept_listing(sess)
     if names is None:
         v.ready(sess, listing=True)
         names = v.children(sess)
@@ -633,7 +633,7 @@ def test_a_drop_wins_over_a_save_still_queued(tmp_path: Path) -> None:
     s = store.session(str(path)).loaded
     assert s is not None
     for _ in range(20):
-        assert v.save(s)
+        assert v.carry.save(s)
         c.drop(str(path))
         c.settle()
         assert entries(tmp_path / "cache") == []
@@ -657,14 +657,18 @@ def test_a_big_conversation_no_one_holds_whole_is_saved_whole(
     s = store.session(str(path)).loaded
     assert s is not None
     real = v.wholes.conv_text(s)
-    assert len(real) > 256 << 10 and s.memo["conversation"].parts() is None  # (not whole)
+    assert (
+        len(real) > 256 << 10
+        and s.memo.conversation is not None
+        and s.memo.conversation.parts() is None
+    )  # (not whole)
     store.session(str(path)).evict()
     c.close()
 
     store, v, c = _view_on(root, tmp_path / "cache")
     _, names = _listing(v, path)
-    later = v.later(names["conversation.md"].ino)
-    assert later is not None and v.unshelve(later)  # from the entry, not parsed
+    later = v.keeping.later(names["conversation.md"].ino)
+    assert later is not None and v.keeping.unshelve(later)  # from the entry, not parsed
     assert later.read(0, later.size) == real
     assert store.session(str(path)).loaded is None
     later.close()
@@ -774,8 +778,8 @@ def test_a_session_dropped_in_this_mount_is_read_from_its_new_entry(tmp_path: Pa
     c.settle()
     store.shelf.drop(str(path))
     for name, data in real.items():
-        later = v.later(names[name].ino)
-        assert later is not None and v.unshelve(later), name
+        later = v.keeping.later(names[name].ino)
+        assert later is not None and v.keeping.unshelve(later), name
         assert later.read(0, later.size) == data
         later.close()
     assert store.session(str(path)).loaded is None  # (not parsed)

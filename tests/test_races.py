@@ -306,16 +306,20 @@ def test_two_first_renders_of_a_conversation_across_an_append_agree_with_its_siz
 def test_a_copy_for_a_render_is_made_while_the_loop_adds_to_what_the_view_remembers(
     tmp_path: Path,
 ) -> None:
-    """A render thread copies the session's memos (``Loaded.frozen``) while the loop adds
-    to them (a folder's name, a listing): no copy fails for a key added meanwhile."""
+    """A render thread copies what the view derived from a session (``Loaded.frozen``)
+    while the loop adds to it (a rendering, a folder's name): no copy fails for a key added
+    meanwhile."""
     (tmp_path / "s.jsonl").write_bytes(chain(3, 10))
     s = Store(str(tmp_path)).session(str(tmp_path / "s.jsonl")).load()
+    kinds = list(Kind)
 
     def add_and_drop() -> None:
         for i in range(20_000):
-            s.memo[f"k{i % 50}"] = i
+            s.memo.renders[kinds[i % len(kinds)]] = (i, b"")
+            s.memo.folder[f"k{i % 50}"] = "x"
             if i % 3 == 0:
-                s.memo.pop(f"k{(i * 7) % 50}", None)
+                s.memo.renders.pop(kinds[(i * 7) % len(kinds)], None)
+                s.memo.folder.pop(f"k{(i * 7) % 50}", None)
 
     side_by_side(s.frozen, add_and_drop)
 
@@ -399,8 +403,8 @@ def test_the_inode_table_is_safe_to_name_from_a_thread_while_the_loop_scans_it(
     try:
         while worker.is_alive():
             v.known_of("sess")
-            v.changed_everything_of("/s/1.jsonl")
-            v.invalidations.clear()
+            v.changes.everything_of("/s/1.jsonl")
+            v.changes.invalidations.clear()
             v.ino(Key(Kind.SESSION, f"/loop/{len(failed)}"))
     except RuntimeError as err:
         pytest.fail(f"a scan of the table failed while a thread named: {err}")
