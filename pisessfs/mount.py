@@ -29,7 +29,8 @@ import trio
 
 from . import heap, mountpoint, status
 from .appender import Appender
-from .fuse_ops import OPEN_FLAGS, Asked, Operations
+from .fuse_ops import Asked, Operations
+from .reads import OPEN_FLAGS
 from .sessions import MIN_IDLE, Store, Unreadable
 from .store import DiskStore, code_mark
 from .view import View
@@ -98,7 +99,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
     appender = Appender()
     ops = Operations(view, read_only=opts.read_only, cap=opts.max_message_bytes, put=appender.put)
     watcher = Watcher(store, view)
-    ops.watched = lambda: not watcher.blind
+    ops.reads.watched = lambda: not watcher.blind
     warmup = WarmUp(ops)
     # Block the signals until the loop runs: a SIGINT between init and main would otherwise
     # leave the mount behind (s3ql's lesson).

@@ -29,10 +29,10 @@ from types import FrameType
 import pyfuse3
 import trio
 
-from pisessfs.fuse_ops import NO_OPENDIR, reading
+from pisessfs.reads import NO_OPENDIR, reading
 
 #: Everything here is immutable for the life of the mount: cache it as long as pisessfs caches
-#: its immutable nodes (pisessfs/fuse_ops.py, IMMUTABLE_TIMEOUT).
+#: its immutable nodes (pisessfs/reads.py, IMMUTABLE_TIMEOUT).
 TIMEOUT = 3600.0
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND
 

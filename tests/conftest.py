@@ -79,7 +79,7 @@ def need(ok: bool, why: str) -> None:
 def need_open_flags() -> None:
     """For a test of what the pyfuse3 build of scripts/setup adds (FOPEN_NOFLUSH, no
     opendir): skip loudly on a stock pyfuse3, fail in CI."""
-    from pisessfs.fuse_ops import NO_OPENDIR, OPEN_FLAGS
+    from pisessfs.reads import NO_OPENDIR, OPEN_FLAGS
 
     need(
         OPEN_FLAGS and NO_OPENDIR,

@@ -17,7 +17,8 @@ import pyfuse3
 import pytest
 import trio
 
-from pisessfs.fuse_ops import MUTABLE_TIMEOUT, WATCHED_TIMEOUT, Operations
+from pisessfs.fuse_ops import Operations
+from pisessfs.reads import MUTABLE_TIMEOUT, WATCHED_TIMEOUT
 from pisessfs.sessions import Store
 from pisessfs.view import PAGES, View
 from tests import damaged
@@ -151,9 +152,9 @@ def test_what_can_change_is_kept_for_minutes_only_while_every_folder_is_watched(
         conv = await ops.lookup(sess.st_ino, b"conversation.md", CTX)
         return conv.entry_timeout, conv.attr_timeout
 
-    ops.watched = lambda: True
+    ops.reads.watched = lambda: True
     assert trio.run(conversation) == (WATCHED_TIMEOUT, WATCHED_TIMEOUT)
-    ops.watched = lambda: False
+    ops.reads.watched = lambda: False
     assert trio.run(conversation) == (MUTABLE_TIMEOUT, MUTABLE_TIMEOUT)
     assert WATCHED_TIMEOUT > 60 > MUTABLE_TIMEOUT
 
@@ -274,7 +275,7 @@ def test_what_is_answered_at_once_is_what_the_handlers_answer(
     assert {kind for kind, _, _ in asked} == {"readdir", "lookup", "getattr", "readlink", "read"}
     for kind, ino, answer in asked:
         assert _answered_at_once(ops, kind, ino, answer), (kind, ops.view.key(ino))
-    assert not ops._files  # (every handle released)
+    assert not ops.reads._files  # (every handle released)
 
 
 def test_a_file_is_given_to_the_kernel_at_its_open_once_and_never_beside_a_reader(

@@ -25,9 +25,9 @@ import orjson
 import pytest
 
 from pisessfs import layout, onefile, store
-from pisessfs.fuse_ops import PUSH_BYTES
 from pisessfs.kind import Kind
 from pisessfs.model import Entry, Problem
+from pisessfs.reads import PUSH_BYTES
 from pisessfs.sessions import Store
 from pisessfs.store import DiskStore
 from pisessfs.view import Key, NotFound, View

@@ -142,7 +142,7 @@ def test_the_install_command_puts_pisessfs_on_path_with_the_fast_path(tmp_path: 
     assert version.stdout.startswith("pisessfs ")
     fast = subprocess.run(
         [str(exe.resolve().parent / "python"), "-c",
-         "from pisessfs.fuse_ops import OPEN_FLAGS; print(OPEN_FLAGS)"],
+         "from pisessfs.reads import OPEN_FLAGS; print(OPEN_FLAGS)"],
         env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert fast.stdout.strip() == "True", fast.stderr

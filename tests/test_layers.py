@@ -21,6 +21,7 @@ ORDER = [
     "mountpoint",
     "heap",
     "fuse_ops",
+    "reads",
     "saves",
     "invalidator",
     "edits",
