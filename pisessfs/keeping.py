@@ -28,8 +28,9 @@ from .inodes import Attr, Key
 from .kept import Answers, Kept
 from .kind import Kind
 from .layout import KINDS, RAW, WHOLE_KINDS, fork_holds, fork_of
+from .loaded import RENDERED, Identity, Loaded
 from .names import VIEW_SUFFIX, id_name
-from .sessions import RENDERED, Identity, Loaded, SessionFile, Unreadable
+from .sessions import SessionFile, Unreadable
 from .shelf import Packed
 from .store import File
 

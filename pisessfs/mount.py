@@ -200,7 +200,7 @@ def _disk_cache(opts: MountOptions, store: Store) -> DiskStore | None:
             return True
 
     def prune() -> None:
-        removed, names = cache.prune(gone), cache.prune_heads(gone)
+        removed, names = cache.prune(gone), cache.names.prune_heads(gone)
         if removed or names:
             log.info("disk cache: %d entries and %d names of sessions that are gone removed",
                      removed, names)  # fmt: skip
@@ -222,7 +222,7 @@ def _save(view: View, cache: DiskStore, clean: bool) -> None:
     start = time.monotonic()
     until = start + SAVE_SECONDS
     try:
-        cache.keep_heads(view.store.heads_to_keep())  # (the names: a few ms)
+        cache.names.keep_heads(view.store.heads_to_keep())  # (the names: a few ms)
         if clean:
             view.carry.save_all(until)
     except Exception:  # the unmount itself is done: a cache not saved is only slower

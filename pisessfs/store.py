@@ -213,6 +213,147 @@ def _connect(path: str, readonly: bool = False) -> sqlite3.Connection:
     return db
 
 
+class _Names:
+    """The session names of a root kept in the database (``heads``), for the next mount:
+    what the head of each session file said, for the file as it was."""
+
+    def __init__(self, scope: str, mark: str, put: Callable[[_Do], None]) -> None:
+        self.scope, self.mark, self._put = scope, mark, put
+        self._lock = threading.Lock()
+        # path -> [identity, name, session id, cwd, hidden]
+        self.heads: dict[str, list[Any]] = {}
+        self.bytes = 0  # what the table takes (counted against the cap)
+
+    def load(self, db: sqlite3.Connection) -> None:
+        """This root's names as the last mount kept them (another code's are not used)."""
+        rows = db.execute(
+            "SELECT path, row FROM heads WHERE scope = ? AND mark = ?",
+            (_key(self.scope), self.mark),
+        ).fetchall()
+        self.bytes = db.execute("SELECT coalesce(sum(length(row)), 0) FROM heads").fetchone()[0]
+        bad = 0
+        for path, row in rows:
+            try:
+                got = orjson.loads(row)
+            except orjson.JSONDecodeError:
+                got = None
+            if isinstance(got, list):
+                self.heads[_path(path)] = got
+            else:
+                bad += 1
+        if bad:
+            log.warning("disk cache: %d kept session names are unreadable: not used", bad)
+
+    def kept_heads(self) -> dict[str, list[Any]]:
+        with self._lock:
+            return dict(self.heads)
+
+    def keep_heads(self, heads: dict[str, list[Any]]) -> None:
+        """Keep ``heads`` as the root's session names (at unmount: before the writer ends)."""
+        with self._lock:
+            self.heads = dict(heads)
+        rows = []
+        for path, row in heads.items():
+            with contextlib.suppress(TypeError):  # (a number past 64 bits: not kept)
+                rows.append((_key(self.scope), _key(path), self.mark, orjson.dumps(row)))
+        scope = _key(self.scope)
+
+        def write(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM heads WHERE scope = ?", (scope,))
+            db.executemany("INSERT INTO heads VALUES (?, ?, ?, ?)", rows)
+            self.bytes = db.execute("SELECT coalesce(sum(length(row)), 0) FROM heads").fetchone()[0]
+
+        self._put(_Do(write, "the session names"))
+
+    def forget_head(self, path: str) -> None:
+        """Session ``path`` is gone, or its bits changed: its name (a slug of its first
+        message) is not kept."""
+        with self._lock:
+            if self.heads.pop(path, None) is None:
+                return
+        self._forget_heads([path])
+
+    def _forget_heads(self, paths: list[str]) -> None:
+        keys = [(_key(self.scope), _key(p)) for p in paths]
+        self._put(
+            _Do(
+                lambda db: db.executemany("DELETE FROM heads WHERE scope = ? AND path = ?", keys),
+                "forget names",
+            )
+        )
+
+    def prune_heads(self, gone: Callable[[str], bool]) -> int:
+        """Forget the kept names of the sessions ``gone(path)`` says are no more (blocking:
+        the prune thread at mount start); how many."""
+        with self._lock:
+            paths = list(self.heads)
+        lost = [path for path in paths if gone(path)]
+        with self._lock:
+            for path in lost:
+                self.heads.pop(path, None)
+        if lost:
+            self._forget_heads(lost)  # (one transaction for them all)
+        return len(lost)
+
+
+class _Writer:
+    """The thread that writes the database, with its own connection: jobs one at a time,
+    in the order they were put."""
+
+    def __init__(self, path: str, run: Callable[[sqlite3.Connection, _Save | _Do], None]) -> None:
+        self.path, self.run = path, run
+        self._todo: queue.Queue[_Save | _Do | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def put(self, item: _Save | _Do) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._write_all, name="disk", daemon=True)
+                self._thread.start()
+        self._todo.put(item)
+
+    def settle(self, timeout: float | None = None) -> bool:
+        """Wait until every job put is done; False when that took more than ``timeout``."""
+        if timeout is None:
+            self._todo.join()
+            return True
+        end = time.monotonic() + timeout
+        while self._todo.unfinished_tasks and time.monotonic() < end:
+            time.sleep(0.01)
+        return not self._todo.unfinished_tasks
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Do the jobs put, then end; False when it was not done after ``timeout``."""
+        if self._thread is None:
+            return True
+        self._todo.put(None)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            return False
+        self._thread = None
+        return True
+
+    def _write_all(self) -> None:
+        db = _connect(self.path)
+        try:
+            while True:
+                item = self._todo.get()
+                try:
+                    if item is None:
+                        return
+                    self.run(db, item)
+                except Exception as err:  # a full disk, a bug: this one is not written
+                    what = item.path if isinstance(item, _Save) else item.what if item else ""
+                    log.warning("disk cache: %s not saved: %s", what, err)
+                finally:
+                    self._todo.task_done()
+        finally:
+            with contextlib.suppress(sqlite3.Error):  # (the next mount reads one file)
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            db.close()
+
+
 class DiskStore:
     """Entries by session file path, in one database; at most ``cap`` bytes, oldest out."""
 
@@ -224,18 +365,14 @@ class DiskStore:
         self._db: sqlite3.Connection | None = None  # the readers' connection
         self._read = threading.Lock()  # (one statement at a time on it)
         self._sizes: dict[str, int] = {}  # path -> its entry's bytes (the entries there are)
-        self._heads_bytes = 0
         self._lock = threading.Lock()
-        self._todo: queue.Queue[_Save | _Do | None] = queue.Queue()
+        self._writer = _Writer(self.path, self._do)
         # Saves and drops per path: a queued save is made only if it is still the last
         # thing asked of its entry (a session trashed after it was saved stays gone).
         self._asked: dict[str, int] = {}
-        self._waiting = 0
-        self._thread: threading.Thread | None = None
+        self._waiting = 0  # bytes of saves queued (``QUEUE_BYTES``)
         self.saved = 0  # entries written by this mount (status, tests)
-        # What the head of each session file said (its folder's name), for the file as the
-        # identity there says it was: path -> [identity, name, session id, cwd, hidden].
-        self.heads: dict[str, list[Any]] = {}
+        self.names = _Names(scope, mark, self._queue)  # the sessions' folder names
         self._ahead: queue.SimpleQueue[list[str]] = queue.SimpleQueue()  # (``prefetch``)
         self._reader: threading.Thread | None = None
         self.used = 0  # entries that answered for a session
@@ -302,26 +439,8 @@ class DiskStore:
         not used)."""
         with self._reading() as db:
             sizes = db.execute("SELECT path, bytes FROM entries").fetchall()
-            heads = db.execute(
-                "SELECT path, row FROM heads WHERE scope = ? AND mark = ?",
-                (_key(self.scope), self.mark),
-            ).fetchall()
-            self._heads_bytes = db.execute(
-                "SELECT coalesce(sum(length(row)), 0) FROM heads"
-            ).fetchone()[0]
+            self.names.load(db)
         self._sizes = {_path(p): n for p, n in sizes}
-        bad = 0
-        for path, row in heads:
-            try:
-                got = orjson.loads(row)
-            except orjson.JSONDecodeError:
-                got = None
-            if isinstance(got, list):
-                self.heads[_path(path)] = got
-            else:
-                bad += 1
-        if bad:
-            log.warning("disk cache: %d kept session names are unreadable: not used", bad)
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
@@ -336,7 +455,7 @@ class DiskStore:
     def total_bytes(self) -> int:
         """What the entries and the kept session names take."""
         with self._lock:
-            return sum(self._sizes.values()) + self._heads_bytes
+            return sum(self._sizes.values()) + self.names.bytes
 
     @property
     def on(self) -> bool:
@@ -346,12 +465,8 @@ class DiskStore:
         """Write what is waiting, then stop (at unmount); False when the writer was not
         done after ``timeout`` seconds (it is left to the process's exit: what it had not
         committed is not there)."""
-        if self._thread is not None:
-            self._todo.put(None)
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                return False  # (the database stays open: the writer still uses it)
-            self._thread = None
+        if not self._writer.stop(timeout):
+            return False  # (the database stays open: the writer still uses it)
         if self._db is not None:
             with self._read:
                 self._db.close()
@@ -361,13 +476,7 @@ class DiskStore:
     def settle(self, timeout: float | None = None) -> bool:
         """Wait until everything offered is written or given up (tests, unmount); False
         when that took more than ``timeout`` seconds."""
-        if timeout is None:
-            self._todo.join()
-            return True
-        end = time.monotonic() + timeout
-        while self._todo.unfinished_tasks and time.monotonic() < end:
-            time.sleep(0.01)
-        return not self._todo.unfinished_tasks
+        return self._writer.settle(timeout)
 
     # -- entries ----------------------------------------------------------------------------
 
@@ -498,61 +607,6 @@ class DiskStore:
                 ):
                     blob.read(size)
 
-    # -- session names ----------------------------------------------------------------------
-
-    def kept_heads(self) -> dict[str, list[Any]]:
-        with self._lock:
-            return dict(self.heads)
-
-    def keep_heads(self, heads: dict[str, list[Any]]) -> None:
-        """Keep ``heads`` as the root's session names (at unmount: before the writer ends)."""
-        with self._lock:
-            self.heads = dict(heads)
-        rows = []
-        for path, row in heads.items():
-            with contextlib.suppress(TypeError):  # (a number past 64 bits: not kept)
-                rows.append((_key(self.scope), _key(path), self.mark, orjson.dumps(row)))
-        scope = _key(self.scope)
-
-        def write(db: sqlite3.Connection) -> None:
-            db.execute("DELETE FROM heads WHERE scope = ?", (scope,))
-            db.executemany("INSERT INTO heads VALUES (?, ?, ?, ?)", rows)
-            self._heads_bytes = db.execute(
-                "SELECT coalesce(sum(length(row)), 0) FROM heads"
-            ).fetchone()[0]
-
-        self._queue(_Do(write, "the session names"))
-
-    def forget_head(self, path: str) -> None:
-        """Session ``path`` is gone, or its bits changed: its name (a slug of its first
-        message) is not kept."""
-        with self._lock:
-            if self.heads.pop(path, None) is None:
-                return
-        self._forget_heads([path])
-
-    def _forget_heads(self, paths: list[str]) -> None:
-        keys = [(_key(self.scope), _key(p)) for p in paths]
-        self._queue(
-            _Do(
-                lambda db: db.executemany("DELETE FROM heads WHERE scope = ? AND path = ?", keys),
-                "forget names",
-            )
-        )
-
-    def prune_heads(self, gone: Callable[[str], bool]) -> int:
-        """Forget the kept names of the sessions ``gone(path)`` says are no more (blocking:
-        the prune thread at mount start); how many."""
-        with self._lock:
-            paths = list(self.heads)
-        lost = [path for path in paths if gone(path)]
-        with self._lock:
-            for path in lost:
-                self.heads.pop(path, None)
-        if lost:
-            self._forget_heads(lost)  # (one transaction for them all)
-        return len(lost)
-
     # -- writing ----------------------------------------------------------------------------
 
     def save(
@@ -586,44 +640,23 @@ class DiskStore:
         return True
 
     def _queue(self, item: _Save | _Do) -> None:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._write_all, name="disk", daemon=True)
-                self._thread.start()
-        self._todo.put(item)
+        self._writer.put(item)
 
     def busy(self) -> bool:
         """Whether the writer has entries still to write (read without the lock)."""
         return self._waiting > 0
 
-    def _write_all(self) -> None:
-        db = _connect(self.path)
-        try:
-            while True:
-                item = self._todo.get()
-                try:
-                    if item is None:
-                        return
-                    self._do(db, item)
-                except Exception as err:  # a full disk, a bug: this one is not written
-                    what = item.path if isinstance(item, _Save) else item.what if item else ""
-                    log.warning("disk cache: %s not saved: %s", what, err)
-                finally:
-                    if isinstance(item, _Save):
-                        with self._lock:
-                            self._waiting -= item.raw
-                    self._todo.task_done()
-        finally:
-            with contextlib.suppress(sqlite3.Error):  # (the next mount reads one file)
-                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            db.close()
-
     def _do(self, db: sqlite3.Connection, item: _Save | _Do) -> None:
+        """(The writer's thread.) One job: a save, or other work in a transaction."""
         if isinstance(item, _Do):
             with _transaction(db):
                 item.run(db)
             return
-        stored = self._write(db, item)
+        try:
+            stored = self._write(db, item)
+        finally:
+            with self._lock:
+                self._waiting -= item.raw
         if stored is not None:
             self.saved += 1
             self._trim(db)
@@ -676,7 +709,7 @@ class DiskStore:
     def _trim(self, db: sqlite3.Connection) -> None:
         """Remove the oldest entries until all fit under the cap."""
         with self._lock:
-            total = sum(self._sizes.values()) + self._heads_bytes
+            total = sum(self._sizes.values()) + self.names.bytes
         if total <= self.cap:
             return
         aged = db.execute("SELECT path, bytes FROM entries ORDER BY saved_ns").fetchall()
@@ -696,7 +729,7 @@ class DiskStore:
     def _trim_now(self) -> None:
         """At open: the cap may be lower than the last mount's."""
         with self._lock:
-            over = sum(self._sizes.values()) + self._heads_bytes > self.cap
+            over = sum(self._sizes.values()) + self.names.bytes > self.cap
         if over:
             self._queue(_Do(self._trim, "trim"))
 

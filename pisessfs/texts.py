@@ -21,9 +21,9 @@ from . import onefile, render
 from .errors import NotFound
 from .inodes import Key
 from .kind import Kind
+from .loaded import INLINE_BYTES, Loaded, Work
 from .model import Entry
 from .names import id_name, name_id
-from .sessions import INLINE_BYTES, Loaded, Work
 
 LISTINGS_KEPT = 16  # entry folders' listings kept per session (each is its whole path)
 _NUMBER = re.compile(r"([0-9]{4,})-")  # ASCII only: int() would take any script's digits

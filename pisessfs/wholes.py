@@ -22,8 +22,9 @@ from .errors import Changed
 from .handles import ConvSnapshot
 from .inodes import Key
 from .kind import Kind
+from .loaded import INLINE_BYTES, Loaded, Work, no_gc
 from .model import Entry
-from .sessions import INLINE_BYTES, Loaded, SessionFile, Work, no_gc
+from .sessions import SessionFile
 from .texts import Texts
 
 log = logging.getLogger(__name__)

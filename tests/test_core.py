@@ -510,7 +510,7 @@ def test_each_line_is_decoded_once_for_all_whole_session_files(
         decoded[0] += 1
         return decode_line(raw, deep)
 
-    monkeypatch.setattr("pisessfs.sessions.decode_line", counting)
+    monkeypatch.setattr("pisessfs.loaded.decode_line", counting)
     damaged_files = [path for path, _ in damaged.write_all(tmp_path / "damaged").values()]
     for n, f in enumerate(fixture_files() + damaged_files):
         (tmp_path / str(n)).mkdir()

@@ -729,14 +729,14 @@ def test_the_session_names_count_against_the_cap_and_in_status(tmp_path: Path) -
     assert c.open()
     assert c.total_bytes() == 0
     row = [[1, 2, 3, 4, 5], "a name " * 200, "sid", "/cwd", False]
-    c.keep_heads({str(tmp_path / f"s{i}.jsonl"): row for i in range(50)})
+    c.names.keep_heads({str(tmp_path / f"s{i}.jsonl"): row for i in range(50)})
     assert c.settle(10)
     size = c.total_bytes()
     assert size > 50 * 1400
     c.close(10)
     again = DiskStore(folder, size + 100, "mark", str(tmp_path))  # (room for the names)
     assert again.open()
-    assert again.total_bytes() == size and len(again.heads) == 50
+    assert again.total_bytes() == size and len(again.names.heads) == 50
     tree: store.File = ([(0, b"t" * 1000, False)], 1000)
     assert again.save(str(tmp_path / "s0.jsonl"), [1], {}, {"tree": tree})
     assert again.settle(10)

@@ -44,6 +44,7 @@ ORDER = [
     "inodes",
     "errors",
     "sessions",
+    "loaded",
     "shelf",
     "store",
     "heads",

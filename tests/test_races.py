@@ -26,7 +26,8 @@ from pisessfs import texts as texts_module
 from pisessfs.errors import Busy
 from pisessfs.kept import Kept
 from pisessfs.kind import Kind
-from pisessfs.sessions import INLINE_BYTES, YIELD, Identity, SessionFile, Store
+from pisessfs.loaded import INLINE_BYTES, YIELD, Identity
+from pisessfs.sessions import SessionFile, Store
 from pisessfs.view import Key, View
 from tests.damaged import HEADER, line, user
 
