@@ -61,6 +61,55 @@ class Handle:
         assert self.buf is not None
         return self.buf
 
+    def check(self, off: int, buf: bytes, cap: int) -> None:
+        """Refuse a write of ``buf`` at ``off`` that goes past the cap (TooBig), or of a
+        message's bytes that cannot be UTF-8 (NotUtf8)."""
+        if off + len(buf) > cap:
+            path = self.binding.path if self.binding else "scratch file"
+            raise writer.TooBig(path, f"over the {cap}-byte cap")
+        if self.binding is not None:
+            self._decode(off, buf)
+
+    def _decode(self, off: int, buf: bytes) -> None:
+        """Feed a message's bytes written in order to its decoder (a character may be split
+        across two writes): NotUtf8 at the first byte that cannot be UTF-8."""
+        if self.decoder is None:
+            return
+        if off < self.decoded:  # written again below what was checked: the save checks it whole
+            self.decoder = None
+            return
+        assert self.binding is not None
+        try:
+            self.decoder.decode(bytes(self.data[self.decoded : off]))  # (bytes there: an edit's)
+            self.decoder.decode(buf)
+        except UnicodeDecodeError as err:
+            at = self.decoded + err.start if off == self.decoded else off
+            raise writer.NotUtf8(self.binding.path, f"not UTF-8 at byte {at}") from None
+        self.decoded = off + len(buf)
+
+    def put(self, off: int, buf: bytes) -> None:
+        """Write ``buf`` at ``off`` (a hole before it is zeros)."""
+        if self.node is not None:
+            self.node.write(off, buf)
+        else:
+            data = self.data
+            if off > len(data):
+                data.extend(bytes(off - len(data)))
+            data[off : off + len(buf)] = buf
+        self.dirty = True
+
+    def truncate(self, size: int) -> None:
+        if self.node is not None:
+            self.node.truncate(size)
+        else:
+            assert self.buf is not None
+            del self.buf[size:]
+            self.buf.extend(bytes(size - len(self.buf)))
+        self.dirty = True
+        if size < self.decoded:  # (vim's ftruncate to 0): what comes is checked from the start
+            self.decoder = _UTF8()
+            self.decoded = 0
+
 
 @dataclass(slots=True)
 class Job:
@@ -200,46 +249,17 @@ class Editor:
         h = self.handles[fh]
         if h.refusal is not None:
             raise h.refusal
-        data = h.data
         if h.append:
-            off = len(data)
+            off = len(h.data)
         try:
-            if off + len(buf) > self.cap:
-                path = h.binding.path if h.binding else "scratch file"
-                raise writer.TooBig(path, f"over the {self.cap}-byte cap")
-            if h.binding is not None:
-                self._decode(h, off, buf)
+            h.check(off, buf, self.cap)
         except writer.Refused as err:
             log.warning("write refused (%s): %s", err.kind, err)
             h.refusal = err
             self._refused(h)
             raise
-        if h.node is not None:
-            h.node.write(off, buf)
-        else:
-            if off > len(data):
-                data.extend(bytes(off - len(data)))
-            data[off : off + len(buf)] = buf
-        h.dirty = True
+        h.put(off, buf)
         return len(buf)
-
-    @staticmethod
-    def _decode(h: Handle, off: int, buf: bytes) -> None:
-        """Feed a message's bytes written in order to its decoder (a character may be split
-        across two writes): NotUtf8 at the first byte that cannot be UTF-8."""
-        if h.decoder is None:
-            return
-        if off < h.decoded:  # written again below what was checked: the save checks it whole
-            h.decoder = None
-            return
-        assert h.binding is not None
-        try:
-            h.decoder.decode(bytes(h.data[h.decoded : off]))  # (bytes there, an edit's own)
-            h.decoder.decode(buf)
-        except UnicodeDecodeError as err:
-            at = h.decoded + err.start if off == h.decoded else off
-            raise writer.NotUtf8(h.binding.path, f"not UTF-8 at byte {at}") from None
-        h.decoded = off + len(buf)
 
     def holds(self, path: str) -> bool:
         """Whether a handle of this layer is open on session ``path``: a message being saved,
@@ -277,7 +297,7 @@ class Editor:
             self._same_owner_and_mode(ino, mode, uid, gid)
         if size is not None:
             if h is not None and h.ino == ino:
-                self._truncate(h, size)
+                h.truncate(size)
             elif node is not None:
                 node.truncate(size)
             else:
@@ -305,18 +325,6 @@ class Editor:
         what = a.key.kind
         log.warning("chmod/chown of a %s refused (EPERM): its session file's are shown", what)
         raise NotPermitted(f"chmod/chown of {what}")
-
-    def _truncate(self, h: Handle, size: int) -> None:
-        if h.node is not None:
-            h.node.truncate(size)
-        else:
-            assert h.buf is not None
-            del h.buf[size:]
-            h.buf.extend(bytes(size - len(h.buf)))
-        h.dirty = True
-        if size < h.decoded:  # (vim's ftruncate to 0): what comes is checked from the start
-            h.decoder = _UTF8()
-            h.decoded = 0
 
     # -- committing -------------------------------------------------------------------------
 

@@ -382,6 +382,121 @@ def _aliases(listing: list[Listing], heads: dict[str, Head]) -> dict[str, Listin
     return out
 
 
+class Heads:
+    """What the head of each session file said, read the first time the mount sees the file
+    and kept: its folder's name never changes while mounted (``Store.mode_changed`` is the
+    one exception). A later mount takes the names the disk cache kept for files that are
+    still the very files they were read from (``kept``)."""
+
+    def __init__(self, files: Files, kept: Callable[[], dict[str, list[Any]]]) -> None:
+        """``kept()``: the heads the disk cache kept (path -> row), or none."""
+        self.files, self.kept = files, kept
+        self.known: dict[str, Head] = {}  # session file -> its head: names fixed while mounted
+        self.idents: dict[str, list[int]] = {}  # ... and the file it was read from
+        self.chmods = 0  # mode changes the watcher told of, ever
+
+    def get(self, path: str, seen: Seen | None, since: int) -> Head:
+        head = self.known.get(path)
+        if head is not None:
+            return head
+        for attempt in range(3):
+            chmods = since if attempt == 0 and seen is not None else self.chmods
+            head = self.known[path] = self._read_head(path, None if attempt else seen)
+            # A thread reading heads (read_heads) may race a chmod: the watcher, finding no
+            # head, left it to us. Kept after the count was read, the head is seen by a
+            # later mode_changed; one kept before is checked here against the new mode.
+            if self.chmods == chmods or self._still_right(path, head):
+                return head
+            self.known.pop(path, None)  # (or mode_changed did, for another event meanwhile)
+        head = self.known[path] = Head(_stem(path), None, None, True)  # (chmods each time)
+        return head
+
+    def _read_head(self, path: str, seen: Seen | None = None) -> Head:
+        kept = self._kept_head(path, seen)
+        if kept is not None:
+            return kept
+        stem = _stem(path)
+        try:
+            fd = self.files.open(path)
+        except Unreadable:
+            return Head(stem, None, None, False)  # unreadable: asked again next time
+        try:
+            st = os.fstat(fd)  # (before the read: the head is of the file as this says)
+            hidden = self.private(path, st.st_mode)
+            head = read_head(fd, stem, slug=not hidden)
+            self.idents[path] = file_ident(st)
+            log.debug("%s: head read", path)
+            return head
+        except (OSError, Unreadable):
+            return Head(stem, None, None, False)
+        finally:
+            os.close(fd)
+
+    def _kept_head(self, path: str, seen: Seen | None) -> Head | None:
+        """The head the disk cache kept for ``path``, when the file is the very file it was
+        read from and its name may show what it showed (a year of sessions is named
+        without opening one of them: at a later mount, the first walk read every head)."""
+        row = self.kept().get(path)
+        if row is None:
+            return None
+        try:
+            if seen is None:
+                seen = self.files.lstat(path), self.files.lstat(os.path.dirname(path)).st_mode
+            st, folder_mode = seen
+            if not _of(row, st):
+                return None
+            ident, name, sid, cwd, hidden = row
+            if hidden is not self._hidden(st.st_mode, folder_mode):
+                return None
+            head = Head(_text(name), _text(sid, none=True), _text(cwd, none=True), hidden)
+        except (Unreadable, ValueError, TypeError):
+            return None
+        self.idents[path] = ident
+        return head
+
+    def to_keep(self) -> dict[str, list[Any]]:
+        """The heads to keep for the next mount (``DiskStore.keep_heads``): this mount's,
+        and those it was given that it did not need, of files that are still the files
+        they were read from (a file gone takes its name with it; one that grew is read
+        again anyway)."""
+        rows = dict(self.kept())
+        for path, head in list(self.known.items()):
+            ident = self.idents.get(path)
+            if ident is not None:
+                rows[path] = [ident, head.name, head.session_id, head.cwd, head.hidden]
+        now = self.seen(list(rows))
+        return {p: row for p, row in rows.items() if p in now and _of(row, now[p][0])}
+
+    def _still_right(self, path: str, head: Head) -> bool:
+        """Whether ``head`` shows what the file's mode allows now."""
+        try:
+            return self.private(path, self.files.lstat(path).st_mode) == head.hidden
+        except Unreadable:
+            return True  # gone: its name is asked again if it comes back
+
+    def seen(self, paths: list[str]) -> dict[str, Seen]:
+        """``lstat`` of each of ``paths`` and of its folder, one descriptor per folder (a
+        kept head is checked against them: three walks from the root a session, before)."""
+        names: dict[str, list[str]] = {}
+        for path in paths:
+            names.setdefault(os.path.dirname(path), []).append(os.path.basename(path))
+        out = {}
+        for folder, in_it in names.items():
+            with contextlib.suppress(Unreadable, ValueError):  # (gone; a path not below)
+                mode = self.files.lstat(folder).st_mode
+                for name, st in self.files.lstats(folder, in_it).items():
+                    out[os.path.join(folder, name)] = (st, mode)
+        return out
+
+    def private(self, path: str, mode: int) -> bool:
+        return self._hidden(mode, self.files.lstat(os.path.dirname(path)).st_mode)
+
+    def _hidden(self, mode: int, folder_mode: int) -> bool:
+        """Whether a file of ``mode`` in a folder of ``folder_mode`` is named without its
+        slug (see ``heads.private``; what the folders above let through counts too)."""
+        return private(mode, folder_mode & self.files.reach)
+
+
 class Store:
     """The sessions root: discovery, the parsed-session cache and its byte cap."""
 
@@ -395,17 +510,22 @@ class Store:
         self._lru: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self._total = 0
         self._listings: dict[str, tuple[int, list[Listing], dict[str, Listing]]] = {}
-        self._heads: dict[str, Head] = {}  # session file -> its head: names fixed while mounted
-        self._head_idents: dict[str, list[int]] = {}  # ... and the file it was read from
+        self.heads = Heads(self.files, self._kept_heads)
         self._shown: dict[str, str] = {}  # path -> the name it was listed with
         self._provisional: set[str] = set()  # named before their first line was there
-        self._chmods = 0  # mode changes the watcher told of, ever
         self.lru_lock = threading.Lock()
         # What a dropped session leaves behind, compressed, within the same cap; the view
         # says what (``on_evict`` is called with the state about to be dropped).
         self.shelf = Shelf(int(cache_bytes * SHARE))
         self.on_evict: Callable[[Loaded], None] | None = None
         self.disk: DiskStore | None = None  # what mounts kept across mounts (``disk``)
+
+    def _kept_heads(self) -> dict[str, list[Any]]:
+        return self.disk.names.heads if self.disk is not None else {}
+
+    def heads_to_keep(self) -> dict[str, list[Any]]:
+        """The heads to keep for the next mount (``Heads.to_keep``)."""
+        return self.heads.to_keep()
 
     def _cached(self, folder: str, build: Callable[[], list[Listing]]) -> list[Listing]:
         """A folder's listing, scanned again only when the folder's mtime moved (a file or
@@ -417,7 +537,7 @@ class Store:
         if hit is not None and hit[0] == mtime:
             return hit[1]
         listing = _unique(build(), self._shown)
-        table = _aliases(listing, self._heads)
+        table = _aliases(listing, self.heads.known)
         table.update((item.name, item) for item in listing)
         # Folder times are coarse (a few ms): a change in the same tick as this scan would
         # not move them, so a scan that close to the last change is not trusted later.
@@ -469,9 +589,9 @@ class Store:
         file's and its folder's ``lstat``, taken when the chmod count was ``since``. A file
         with no whole first line yet (made, its header not written yet) is named by its
         stem until it has one (``header_came``)."""
-        head = self._head_of(path, seen, since)
+        head = self.heads.get(path, seen, since)
         if not head.final:
-            self._heads.pop(path, None)
+            self.heads.known.pop(path, None)
             self._provisional.add(path)
         return head
 
@@ -485,99 +605,20 @@ class Store:
         self._listings.pop(os.path.dirname(path), None)
         return self._shown.pop(path, None)
 
-    def _head_of(self, path: str, seen: Seen | None, since: int) -> Head:
-        head = self._heads.get(path)
-        if head is not None:
-            return head
-        for attempt in range(3):
-            chmods = since if attempt == 0 and seen is not None else self._chmods
-            head = self._heads[path] = self._read_head(path, None if attempt else seen)
-            # A thread reading heads (read_heads) may race a chmod: the watcher, finding no
-            # head, left it to us. Kept after the count was read, the head is seen by a
-            # later mode_changed; one kept before is checked here against the new mode.
-            if self._chmods == chmods or self._still_right(path, head):
-                return head
-            self._heads.pop(path, None)  # (or mode_changed did, for another event meanwhile)
-        head = self._heads[path] = Head(_stem(path), None, None, True)  # (chmods each time)
-        return head
-
-    def _read_head(self, path: str, seen: Seen | None = None) -> Head:
-        kept = self._kept_head(path, seen)
-        if kept is not None:
-            return kept
-        stem = _stem(path)
-        try:
-            fd = self.files.open(path)
-        except Unreadable:
-            return Head(stem, None, None, False)  # unreadable: asked again next time
-        try:
-            st = os.fstat(fd)  # (before the read: the head is of the file as this says)
-            hidden = self._private(path, st.st_mode)
-            head = read_head(fd, stem, slug=not hidden)
-            self._head_idents[path] = file_ident(st)
-            log.debug("%s: head read", path)
-            return head
-        except (OSError, Unreadable):
-            return Head(stem, None, None, False)
-        finally:
-            os.close(fd)
-
-    def _kept_head(self, path: str, seen: Seen | None) -> Head | None:
-        """The head the disk cache kept for ``path``, when the file is the very file it was
-        read from and its name may show what it showed (a year of sessions is named
-        without opening one of them: at a later mount, the first walk read every head)."""
-        row = self.disk.names.heads.get(path) if self.disk is not None else None
-        if row is None:
-            return None
-        try:
-            if seen is None:
-                seen = self.files.lstat(path), self.files.lstat(os.path.dirname(path)).st_mode
-            st, folder_mode = seen
-            if not _of(row, st):
-                return None
-            ident, name, sid, cwd, hidden = row
-            if hidden is not self._hidden(st.st_mode, folder_mode):
-                return None
-            head = Head(_text(name), _text(sid, none=True), _text(cwd, none=True), hidden)
-        except (Unreadable, ValueError, TypeError):
-            return None
-        self._head_idents[path] = ident
-        return head
-
-    def heads_to_keep(self) -> dict[str, list[Any]]:
-        """The heads to keep for the next mount (``DiskStore.keep_heads``): this mount's,
-        and those it was given that it did not need, of files that are still the files
-        they were read from (a file gone takes its name with it; one that grew is read
-        again anyway)."""
-        rows = self.disk.names.kept_heads() if self.disk is not None else {}
-        for path, head in list(self._heads.items()):
-            ident = self._head_idents.get(path)
-            if ident is not None:
-                rows[path] = [ident, head.name, head.session_id, head.cwd, head.hidden]
-        now = self._seen(list(rows))
-        return {p: row for p, row in rows.items() if p in now and _of(row, now[p][0])}
-
-    def _still_right(self, path: str, head: Head) -> bool:
-        """Whether ``head`` shows what the file's mode allows now."""
-        try:
-            return self._private(path, self.files.lstat(path).st_mode) == head.hidden
-        except Unreadable:
-            return True  # gone: its name is asked again if it comes back
-
     def heads_missing(self, folder: str) -> list[str]:
         """The session files of ``folder`` whose heads are not read yet, when its listing is
         to be made again (else none: one stat)."""
         hit = self._listings.get(folder)
         if hit is not None and hit[0] == self.files.lstat(folder).st_mtime_ns:
             return []  # (_cached's test: a listing made again reads the heads it lacks)
-        return [d.path for d in self._session_files(folder) if d.path not in self._heads]
+        return [d.path for d in self._session_files(folder) if d.path not in self.heads.known]
 
     def read_heads(self, paths: list[str]) -> None:
         """Blocking: read the heads of ``paths`` (a folder of many new sessions), and have
         the kernel read their disk cache entries ahead."""
-        since = self._chmods
+        since = self.heads.chmods
         self.prefetch(paths)
-        seen = self._seen(paths) if self.disk is not None and self.disk.names.heads else {}
+        seen = self.heads.seen(paths) if self.disk is not None and self.disk.names.heads else {}
         for path in paths:
             self.head(path, seen.get(path), since)
 
@@ -587,49 +628,27 @@ class Store:
         if self.disk is not None and paths:
             self.disk.prefetch(paths)
 
-    def _seen(self, paths: list[str]) -> dict[str, Seen]:
-        """``lstat`` of each of ``paths`` and of its folder, one descriptor per folder (a
-        kept head is checked against them: three walks from the root a session, before)."""
-        names: dict[str, list[str]] = {}
-        for path in paths:
-            names.setdefault(os.path.dirname(path), []).append(os.path.basename(path))
-        out = {}
-        for folder, in_it in names.items():
-            with contextlib.suppress(Unreadable, ValueError):  # (gone; a path not below)
-                mode = self.files.lstat(folder).st_mode
-                for name, st in self.files.lstats(folder, in_it).items():
-                    out[os.path.join(folder, name)] = (st, mode)
-        return out
-
-    def _private(self, path: str, mode: int) -> bool:
-        return self._hidden(mode, self.files.lstat(os.path.dirname(path)).st_mode)
-
-    def _hidden(self, mode: int, folder_mode: int) -> bool:
-        """Whether a file of ``mode`` in a folder of ``folder_mode`` is named without its
-        slug (see ``heads.private``; what the folders above let through counts too)."""
-        return private(mode, folder_mode & self.files.reach)
-
     def mode_changed(self, path: str) -> str | None:
         """A session file's bits changed (chmod): when that changes whether its name may show
         its first message, the name is made again (the one exception to names fixed while
         mounted: no one may read in a name what they may not read in the file). Returns the
         old name, when it changed."""
-        self._chmods += 1  # (before the look: see head)
+        self.heads.chmods += 1  # (before the look: see head)
         if self.disk is not None:
             self.disk.drop(path)  # (its entry was made under the old bits: never used again)
             self.disk.names.forget_head(path)
-        self._head_idents.pop(path, None)
-        head = self._heads.get(path)
+        self.heads.idents.pop(path, None)
+        head = self.heads.known.get(path)
         if head is None:
             return None
         try:
-            hidden = self._private(path, self.files.lstat(path).st_mode)
+            hidden = self.heads.private(path, self.files.lstat(path).st_mode)
         except Unreadable:
             return None
         if hidden == head.hidden:
             return None
         old = self._shown.pop(path, None)
-        self._heads.pop(path, None)
+        self.heads.known.pop(path, None)
         self._listings.pop(os.path.dirname(path), None)
         return old
 
@@ -650,7 +669,7 @@ class Store:
 
     def cwd_of(self, folder: str) -> str | None:
         """The working directory the sessions of ``folder`` were started in, when they agree."""
-        cwds = {h.cwd for i in self.sessions_in(folder) if (h := self._heads.get(i.path))}
+        cwds = {h.cwd for i in self.sessions_in(folder) if (h := self.heads.known.get(i.path))}
         return cwds.pop() if len(cwds) == 1 else None
 
     def latest(self, folder: str) -> Listing | None:
@@ -710,7 +729,7 @@ class Store:
         if self.disk is not None:
             self.disk.drop(path)  # (a session gone leaves none of its text behind)
             self.disk.names.forget_head(path)  # (nor its name)
-        self._head_idents.pop(path, None)  # (nor at unmount)
+        self.heads.idents.pop(path, None)  # (nor at unmount)
         self._provisional.discard(path)
         if sf is not None:
             with self.lru_lock:

@@ -358,3 +358,116 @@ def _await(asked: dict[Path, float], wait: float) -> dict[Path, Record]:
             break
         time.sleep(0.02)
     return done
+
+
+# -- what `pisessfs status` prints ------------------------------------------------------------
+
+
+def _state(e: Entry) -> str:
+    if e.record is None:
+        return "unknown"
+    return "running" if e.alive else "dead"
+
+
+def as_json(e: Entry, now: float) -> dict[str, object]:
+    """A mount as ``pisessfs status --json`` shows it."""
+    r = e.record
+    return {
+        "mountpoint": e.mount.path,
+        "state": _state(e),
+        "pid": r.pid if r else None,
+        "uptime": round(now - r.started, 1) if r and e.alive else None,
+        "sessions": r.sessions if r else None,
+        "log": r.log if r else None,
+        "read_only": r.read_only if r else None,
+        "parsed": r.parsed if r else None,
+        "parsed_bytes": r.parsed_bytes if r else None,
+        "shelved": r.shelved if r else None,
+        "shelved_bytes": r.shelved_bytes if r else None,
+        "cache_bytes": r.cache_bytes if r else None,
+        "disk_cache": (r.disk_cache or None) if r else None,
+        "disk_entries": r.disk_entries if r else None,
+        "disk_bytes": r.disk_bytes if r else None,
+        "warm_up": (r.warm_up or None) if r else None,
+        "shown": r.shown if r and r.shown >= 0 else None,
+        "projects": r.projects if r else None,
+        "disk_mine": r.disk_mine if r else None,
+        "refused": (r.refused or None) if r else None,
+        "refused_at": (r.refused_at or None) if r else None,
+        "fast": r.fast if r else None,
+        "requests": r.requests if r else None,
+        "at_once": r.at_once if r else None,
+        "rss": e.rss,
+        "fresh": e.fresh,
+        "updated": r.updated if r else None,
+        "version": r.version if r else None,
+    }
+
+
+def as_text(e: Entry, now: float) -> str:
+    """A mount as ``pisessfs status`` shows it, in words a user knows."""
+    r, mnt = e.record, e.mount.path
+    if r is None:
+        return (
+            f"{mnt}: mounted, no status file (an older pisessfs, or a daemon with another "
+            "$XDG_RUNTIME_DIR)"
+        )
+    if not e.alive:
+        return f"{mnt}: dead, its daemon (pid {r.pid}) is gone; clear it: pisessfs umount {mnt}"
+    head = f"{mnt}: mounted, " + ("read-only" if r.read_only else "read-write")
+    age = "" if e.fresh else f" (as of {_duration(now - r.updated)} ago: no answer now)"
+    rows = [("sessions", _shown_text(r) + age)]
+    memory = f"{_mib(e.rss)} of memory" if e.rss is not None else "memory unknown"
+    rows.append(("daemon", f"pid {r.pid}, up {_duration(now - r.started)}, {memory}"))
+    rows.append(("log", r.log))
+    rows.append(
+        (
+            "in memory",
+            f"{_count(r.parsed, 'session')} read ({_mib(r.parsed_bytes)} of session files; "
+            f"up to {_mib(r.cache_bytes)})",
+        )
+    )
+    disk = "off"
+    if r.disk_cache:
+        disk = f"{r.disk_cache}: {_count(r.disk_mine, 'session')} of this mount kept"
+        disk += f" ({_mib(r.disk_bytes)} for all mounts)"
+    rows.append(("disk cache", disk))
+    if r.warm_up:
+        rows.append(("warm-up", r.warm_up))
+    refused = "nothing"
+    if r.refused:
+        refused = f"{time.strftime('%H:%M:%S', time.localtime(r.refused_at))} {r.refused}"
+    rows.append(("refused", refused))
+    if not r.fast:
+        rows.append(("slower", SLOW_PYFUSE3))
+    return "\n".join([head, *(f"  {k:<10} {v}" for k, v in rows)])
+
+
+def _shown_text(r: Record) -> str:
+    if r.shown < 0:
+        return f"{r.sessions} (not counted yet)"
+    return f"{r.sessions}: {_count(r.shown, 'session')} in {_count(r.projects, 'project')}"
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
+
+
+def _duration(seconds: float) -> str:
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+def _mib(n: int | None) -> str:
+    """A size as people read it: 840 KiB, 3.2 MiB, 1,024 MiB."""
+    if n is None:
+        return "?"
+    if n < 1 << 20:
+        return f"{n / 1024:.0f} KiB"
+    return f"{n / (1 << 20):.1f} MiB" if n < 10 << 20 else f"{n / (1 << 20):,.0f} MiB"

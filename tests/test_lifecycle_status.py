@@ -255,8 +255,8 @@ def test_status_says_when_the_pyfuse3_is_the_slow_stock_one() -> None:
         fast=False,
     )  # fmt: skip
     m = mountpoint.Mount(1, "0:1", "/m", "fuse.pisessfs", "pisessfs")
-    text = cli._status_text(status.Entry(m, rec, True, True, 1 << 20), 0.0)
+    text = status.as_text(status.Entry(m, rec, True, True, 1 << 20), 0.0)
     (line,) = [ln for ln in text.splitlines() if ln.startswith("  slower ")]
     assert "the stock one" in line and "scripts/install" in line
     rec.fast = True
-    assert "slower" not in cli._status_text(status.Entry(m, rec, True, True, 1 << 20), 0.0)
+    assert "slower" not in status.as_text(status.Entry(m, rec, True, True, 1 << 20), 0.0)

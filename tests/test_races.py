@@ -365,14 +365,14 @@ def test_a_session_made_private_while_a_thread_reads_its_head_gets_no_name_from_
 
     monkeypatch.setattr(sessions, "read_head", chmod_meanwhile)
     if events == 2:
-        still_right = Store._still_right
+        still_right = sessions.Heads._still_right
 
-        def touched_meanwhile(self: Store, path: str, head: heads.Head) -> bool:
+        def touched_meanwhile(self: sessions.Heads, path: str, head: heads.Head) -> bool:
             os.utime(f)
-            self.mode_changed(path)  # (the watcher's second IN_ATTRIB)
+            store.mode_changed(path)  # (the watcher's second IN_ATTRIB)
             return still_right(self, path, head)
 
-        monkeypatch.setattr(Store, "_still_right", touched_meanwhile)
+        monkeypatch.setattr(sessions.Heads, "_still_right", touched_meanwhile)
     store.read_heads(store.heads_missing(str(proj)))
     monkeypatch.setattr(sessions, "read_head", read_head)
     head = store.head(str(f))
