@@ -4,7 +4,7 @@ This module owns the read handles: bytes held for one open (a message file, tree
 the session file through a descriptor of its own (``tail -f`` sees appends), conversation.md
 by range (its groups made again where its :class:`~pisessfs.onefile.Conversation` no longer
 holds them), and a handle opened from kept answers whose bytes are made at its first read.
-The view makes them (``View.snapshot``, ``View.later``); the adapter reads them.
+The view makes them (``View.snapshot``, ``Keeping.later``); the adapter reads them.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class OpenFiles:
 
 class Later(Snapshot):
     """A whole-session file opened from kept answers: what it reads is made at the first
-    read (``View.fill``), of the size the kernel was told."""
+    read (``Keeping.fill``), of the size the kernel was told."""
 
     def __init__(self, ino: int, ident: Identity, size: int, grows: bool = False) -> None:
         super().__init__(b"")

@@ -85,7 +85,7 @@ class Invalidator:
 
         Each batch goes in a worker thread. Mostly only attributes are dropped: files whose
         bytes change are read around the page cache (direct_io), except tree.txt and
-        session.json opened from kept answers (``View.later``), whose pages go too
+        session.json opened from kept answers (``Keeping.later``), whose pages go too
         (``PAGES``); a read of them in flight is answered by the free loop meanwhile."""
         async for item in self._recv:
             batch = [item]  # what is queued by now, in one trip to a thread (a save's ten)

@@ -694,7 +694,7 @@ def _find_parent(v: View, path: str, parent: str) -> str | None:
 
 
 class Scratch(NodeKind):
-    """An editor's file or link in the scratch layer of an entry folder (``View.nodes``):
+    """An editor's file or link in the scratch layer of an entry folder (``ScratchLayer.nodes``):
     in memory only, never a session's."""
 
     name = Kind.SCRATCH

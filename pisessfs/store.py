@@ -54,7 +54,18 @@ import orjson
 log = logging.getLogger(__name__)
 
 DB_NAME = "pisessfs.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Bytes of a database page: a text's chunk is a few pages, read with a few system calls
+#: (SQLite's default of 4 KiB read a cold walk's texts 4 KiB at a time).
+PAGE_SIZE = 1 << 16
+#: Bytes of a text per row of ``chunks``: a read at any offset reads its chunk's pages only
+#: (one blob of a whole text is a chain of pages that SQLite walks from its start at every
+#: read: a big conversation.md read by 128 KiB took time in its square).
+CHUNK = 256 << 10
+#: KiB of pages each connection keeps (the tables' upper pages stay while texts stream by).
+CACHE_KIB = 16 << 10
+#: Chunks a text may have at most (``chunks.id`` is ``text * CHUNKS + n``): 256 GiB.
+CHUNKS = 1 << 20
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     path BLOB PRIMARY KEY,   -- the session file's path (UTF-8, surrogates passed)
@@ -69,9 +80,13 @@ CREATE TABLE IF NOT EXISTS entries (
 CREATE TABLE IF NOT EXISTS texts (
     id INTEGER PRIMARY KEY AUTOINCREMENT,  -- (never reused: a reader names the text it read)
     path BLOB NOT NULL,
-    data BLOB NOT NULL
+    size INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS texts_path ON texts(path);
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY,  -- texts.id * CHUNKS + n: the n-th CHUNK bytes of the text
+    data BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS heads (
     scope BLOB NOT NULL,
     path BLOB NOT NULL,
@@ -203,11 +218,14 @@ class Gone(OSError):
 
 
 def _connect(path: str, readonly: bool = False) -> sqlite3.Connection:
-    uri = f"file:{path}?mode=ro" if readonly else f"file:{path}"
+    # (a path, not a URI: a folder name may hold "?" or "#")
     db = sqlite3.connect(
-        uri, uri=True, isolation_level=None, check_same_thread=False, timeout=BUSY_MS / 1000
+        path, isolation_level=None, check_same_thread=False, timeout=BUSY_MS / 1000
     )
     db.execute(f"PRAGMA busy_timeout={BUSY_MS}")
+    db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+    if readonly:
+        db.execute("PRAGMA query_only=ON")
     # No mmap_size: a mapped database that another process truncates, or a disk error,
     # is a SIGBUS that ends the mount.
     return db
@@ -354,6 +372,52 @@ class _Writer:
             db.close()
 
 
+class _Ahead:
+    """The first :data:`PREFETCH` bytes of the texts of listed sessions read ahead, in a
+    thread of its own with its own connection (it may still run at unmount), so that a cold
+    walk does not wait for the disk at each session."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._todo: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def put(self, paths: list[str]) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="disk-ahead", daemon=True)
+                self._thread.start()
+        self._todo.put(paths)
+
+    def _run(self) -> None:
+        db = _connect(self.path, readonly=True)
+        while True:
+            paths = self._todo.get()
+            with contextlib.suppress(Exception):  # (a hint: nothing depends on it)
+                self._read(db, paths)
+
+    @staticmethod
+    def _read(db: sqlite3.Connection, paths: list[str]) -> None:
+        budget = PREFETCH_LISTING
+        for path in paths:
+            for (text,) in db.execute(
+                "SELECT id FROM texts WHERE path = ?", (_key(path),)
+            ).fetchall():
+                first = text * CHUNKS
+                last = first + (PREFETCH - 1) // CHUNK
+                # (the bytes themselves, read by SQLite without the GIL: length() alone
+                # reads no page of a blob)
+                (got,) = db.execute(
+                    "SELECT sum(length(substr(data, 1, 1)) * length(data)) FROM chunks"
+                    " WHERE id BETWEEN ? AND ?",
+                    (first, last),
+                ).fetchone()
+                budget -= got or 0
+                if budget < 0:
+                    return
+
+
 class DiskStore:
     """Entries by session file path, in one database; at most ``cap`` bytes, oldest out."""
 
@@ -373,8 +437,7 @@ class DiskStore:
         self._waiting = 0  # bytes of saves queued (``QUEUE_BYTES``)
         self.saved = 0  # entries written by this mount (status, tests)
         self.names = _Names(scope, mark, self._queue)  # the sessions' folder names
-        self._ahead: queue.SimpleQueue[list[str]] = queue.SimpleQueue()  # (``prefetch``)
-        self._reader: threading.Thread | None = None
+        self._ahead = _Ahead(self.path)
         self.used = 0  # entries that answered for a session
 
     # -- the database -----------------------------------------------------------------------
@@ -401,12 +464,12 @@ class DiskStore:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
             st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                raise OSError(errno.EPERM, "not a file of yours")
+            if stat.S_IMODE(st.st_mode) & 0o077:
+                os.fchmod(fd, 0o600)  # (its -wal and -shm take its mode)
         finally:
             os.close(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-            raise OSError(errno.EPERM, "not a file of yours")
-        if stat.S_IMODE(st.st_mode) & 0o077:
-            os.chmod(self.path, 0o600, follow_symlinks=False)
         try:
             return self._schema()
         except sqlite3.DatabaseError as err:  # damaged, or another schema: start again
@@ -421,6 +484,7 @@ class DiskStore:
     def _schema(self) -> sqlite3.Connection:
         db = _connect(self.path)
         try:
+            db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # (a new database's: before WAL)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")  # (a cache: a lost last save is no loss)
             version = db.execute("PRAGMA user_version").fetchone()[0]
@@ -529,12 +593,21 @@ class DiskStore:
     def read(self, text: int, off: int, size: int) -> bytes:
         """``size`` bytes of text ``text`` from ``off`` (fewer at its end); :class:`Gone`
         when it is no more."""
+        out = []
         try:
-            with self._reading() as db, db.blobopen("texts", "data", text, readonly=True) as blob:
-                blob.seek(min(off, len(blob)))
-                return blob.read(size)
+            with self._reading() as db:
+                while size > 0:
+                    n, at = divmod(off, CHUNK)
+                    with db.blobopen("chunks", "data", text * CHUNKS + n, readonly=True) as b:
+                        b.seek(min(at, len(b)))
+                        got = b.read(min(size, CHUNK - at))
+                    if not got:
+                        break
+                    out.append(got)
+                    off, size = off + len(got), size - len(got)
         except sqlite3.Error as err:
             raise Gone() from err
+        return b"".join(out)
 
     def reader(self, stored: Stored, kind: str, size: int) -> int | None:
         """The text of file ``kind`` of an entry, when it holds ``size`` bytes of it."""
@@ -570,42 +643,10 @@ class DiskStore:
             self._sizes.pop(path, None)
 
     def prefetch(self, paths: list[str]) -> None:
-        """Read the first :data:`PREFETCH` bytes of the entries of ``paths`` ahead, in a
-        thread of its own: their folder is being listed, and a walk reads them next (a cold
-        walk otherwise waits for the disk at each)."""
-        if not self.on:
-            return
-        with self._lock:
-            if self._reader is None:
-                self._reader = threading.Thread(target=self._read_ahead, name="disk-ahead")
-                self._reader.daemon = True
-                self._reader.start()
-        self._ahead.put(paths)
-
-    def _read_ahead(self) -> None:
-        db = _connect(self.path, readonly=True)  # (its own: it may still run at unmount)
-        while True:
-            paths = self._ahead.get()
-            with contextlib.suppress(Exception):  # (a hint: nothing depends on it)
-                self._advise(db, paths)
-
-    def _advise(self, db: sqlite3.Connection, paths: list[str]) -> None:
-        budget = PREFETCH_LISTING
-        for path in paths:
-            if path not in self._sizes:
-                continue
-            for text, size in db.execute(
-                "SELECT id, min(length(data), ?) FROM texts WHERE path = ?",
-                (PREFETCH, _key(path)),
-            ).fetchall():
-                budget -= size
-                if budget < 0:
-                    return
-                with (
-                    contextlib.suppress(sqlite3.Error),
-                    db.blobopen("texts", "data", text, readonly=True) as blob,
-                ):
-                    blob.read(size)
+        """Read the entries of ``paths`` ahead (``_Ahead``): their folder is being listed,
+        and a walk reads them next."""
+        if self.on:
+            self._ahead.put([p for p in paths if p in self._sizes])
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -683,16 +724,10 @@ class DiskStore:
             _delete(db, [job.path])
             where: dict[str, tuple[int, int]] = {}
             for kind, (parts, size) in job.files.items():
-                cur = db.execute(
-                    "INSERT INTO texts(path, data) VALUES (?, zeroblob(?))", (key, size)
-                )
+                cur = db.execute("INSERT INTO texts(path, size) VALUES (?, ?)", (key, size))
                 text = cur.lastrowid
                 assert text is not None
-                with db.blobopen("texts", "data", text) as blob:
-                    for off, part, packed in sorted(parts, key=lambda p: p[0]):
-                        data = part() if callable(part) else part
-                        blob.seek(off)
-                        blob.write(zlib.decompress(data) if packed else data)
+                _write_chunks(db, text, parts, size)
                 where[kind] = (text, size)
             scope, mark, ident = job.row
             total = sum(n for _, n in where.values())
@@ -771,7 +806,40 @@ def _transaction(db: sqlite3.Connection) -> Iterator[None]:
     db.execute("COMMIT")
 
 
+def _write_chunks(db: sqlite3.Connection, text: int, parts: list[Part], size: int) -> None:
+    """Text ``text``'s bytes, from its parts in order (each made or unpacked as it comes:
+    no more than a part and a chunk in memory), as rows of ``chunks``."""
+    chunk = bytearray()
+    n = 0
+
+    def put(last: bool = False) -> None:
+        nonlocal n
+        while len(chunk) >= CHUNK or (last and chunk):
+            db.execute(
+                "INSERT INTO chunks VALUES (?, ?)", (text * CHUNKS + n, bytes(chunk[:CHUNK]))
+            )
+            del chunk[:CHUNK]
+            n += 1
+
+    at = 0
+    for off, part, packed in sorted(parts, key=lambda p: p[0]):
+        data = part() if callable(part) else part
+        data = zlib.decompress(data) if packed else data
+        if off != at:
+            raise ValueError(f"the parts leave a hole at byte {at}")
+        chunk += data
+        at += len(data)
+        put()
+    if at != size:
+        raise ValueError(f"{at} bytes, not {size}")
+    put(last=True)
+
+
 def _delete(db: sqlite3.Connection, paths: list[str]) -> None:
     keys = [(_key(p),) for p in paths]
+    for key in keys:
+        for (text,) in db.execute("SELECT id FROM texts WHERE path = ?", key).fetchall():
+            first = text * CHUNKS
+            db.execute("DELETE FROM chunks WHERE id BETWEEN ? AND ?", (first, first + CHUNKS - 1))
     db.executemany("DELETE FROM texts WHERE path = ?", keys)
     db.executemany("DELETE FROM entries WHERE path = ?", keys)

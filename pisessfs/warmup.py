@@ -43,7 +43,7 @@ class WarmUp:
         request came for :data:`WARM_QUIET`.
 
         Listing a session folder renders its files off the loop, and a session the cache
-        drops later leaves its answers and its files (``View.later``, the shelf): the first
+        drops later leaves its answers and its files (``Keeping.later``, the shelf): the first
         walk is then answered like a repeated one. Without the disk cache it stops when the
         cache is full (``Store.warm_room``). With it, it indexes every session instead: a
         session the cache holds as its file is now is skipped, every other one is rendered,

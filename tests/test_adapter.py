@@ -321,3 +321,50 @@ def test_a_file_is_given_to_the_kernel_at_its_open_once_and_never_beside_a_reade
     tree, last = trio.run(opened)  # (known anew: given again)
     assert stored[2:] == [(tree, 0, whole)]
     release(last)
+
+
+def test_an_error_is_answered_at_once_as_the_handler_answers_it(tmp_path: Path) -> None:
+    """One answer per request kind (``reads.Reads``): the fast path (``lookup_now`` and
+    the rest) raises the errno the handler answers, rather than passing the request on for
+    the same answer to be asked again."""
+    ops = ops_for(tmp_path)
+    with pytest.raises(pyfuse3.FUSEError) as now:
+        ops.lookup_now(1, b"nope")
+    assert now.value.errno == errno.ENOENT == errno_of(lambda: ops.lookup(1, b"nope", CTX))
+    with pytest.raises(pyfuse3.FUSEError) as gone:
+        ops.getattr_now(123456789)
+    assert gone.value.errno == errno.ENOENT == errno_of(lambda: ops.getattr(123456789, CTX))
+
+
+def test_an_entry_folder_of_a_small_session_is_answered_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What no kept answer holds (an entry folder's names and files) is answered at once
+    too when no blocking work is due (a small session parsed on the loop), with what the
+    handler answers: the same answer on both paths."""
+    need_open_flags()  # (the patched pyfuse3: listings without opendir)
+    ops = ops_for(tmp_path)
+    monkeypatch.setattr(pyfuse3, "readdir_reply", _reply)  # (a token needs a real request)
+
+    async def handlers() -> tuple[int, Listed, pyfuse3.EntryAttributes, bytes]:
+        sess = await enter(ops)
+        nodes = await ops.lookup(sess.st_ino, b"nodes", CTX)
+        folder = await ops.lookup(nodes.st_ino, b"00000002", CTX)
+        listed: Listed = []
+        await ops.readdir(folder.st_ino, 0, listed)
+        msg = await ops.lookup(folder.st_ino, listed[-1][0], CTX)
+        fi = await ops.open(msg.st_ino, os.O_RDONLY, CTX)
+        data = await ops.read(fi.fh, 0, msg.st_size + 1)
+        await ops.release(fi.fh)
+        return folder.st_ino, listed, msg, data
+
+    folder, listed, msg, data = trio.run(handlers)
+    again: Listed = []
+    assert ops.readdir_now(folder, 0, again) is True and again == listed
+    name = listed[-1][0]
+    now = ops.lookup_now(folder, name)
+    assert now is not None and _fields(now) == _fields(msg)
+    fi = ops.open_now(msg.st_ino, os.O_RDONLY)
+    assert fi is not None
+    assert ops.read_now(fi.fh, 0, msg.st_size + 1) == data and data.endswith(b"\n")
+    assert ops.release_now(fi.fh) is True

@@ -150,7 +150,8 @@ def damaged(cache: Path, path: str, answers: bytes | None = None, files: str = "
         if answers is not None:
             where = json.loads(where)
             text = where[store.ANSWERS][0]
-            db.execute("UPDATE texts SET data = ? WHERE id = ?", (answers, text))
+            db.execute("UPDATE chunks SET data = ? WHERE id = ?", (answers, text * store.CHUNKS))
+            db.execute("UPDATE texts SET size = ? WHERE id = ?", (len(answers), text))
             where = json.dumps({**where, store.ANSWERS: [text, len(answers)]})
         db.execute("UPDATE entries SET files = ? WHERE path = ?", (files or where, key))
 
@@ -160,7 +161,8 @@ def answers_of(cache: Path, path: str) -> Any:
     with contextlib.closing(database(cache)) as db:
         (where,) = db.execute("SELECT files FROM entries WHERE path = ?", (key,)).fetchone()
         text = json.loads(where)[store.ANSWERS][0]
-        (data,) = db.execute("SELECT data FROM texts WHERE id = ?", (text,)).fetchone()
+        row = db.execute("SELECT data FROM chunks WHERE id = ?", (text * store.CHUNKS,))
+        (data,) = row.fetchone()
     return orjson.loads(data)
 
 
@@ -918,7 +920,7 @@ def test_listing_a_project_reads_its_sessions_entries_ahead(
     ours = {str(p) for p in big.iterdir()}
     assert ours <= set(entries(cache))
     with contextlib.closing(database(cache)) as db:
-        sizes = db.execute("SELECT path, length(data) FROM texts").fetchall()  # (answers too)
+        sizes = db.execute("SELECT path, size FROM texts").fetchall()  # (answers too)
     mine = [int(n) for p, n in sizes if bytes(p).decode("utf-8", "surrogatepass") in ours]
     ahead = sum(min(n, store.PREFETCH) for n in mine)
     db_file = cache / store.DB_NAME
