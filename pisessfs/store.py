@@ -16,8 +16,9 @@ session's folder name (what the head of its file said) is kept too, so that nami
 sessions does not open each one again.
 
 Tables (``SCHEMA``): ``entries`` (one row per session file: its identity, the code's mark,
-the answers as JSON, where its files are), ``texts`` (a file's bytes, read in place through
-SQLite's incremental blob I/O, never whole), ``heads`` (the session names of a root).
+where its texts are), ``texts`` and ``chunks`` (a file's bytes, or the answers as JSON, in
+chunks read in place through SQLite's incremental blob I/O, never whole), ``heads`` (the
+session names of a root).
 
 Nothing leaks through it: the folder is the daemon user's own (``0700``, the database
 ``0600``; a folder that is anyone else's or open to others is not used), a session that is
