@@ -19,7 +19,7 @@ from . import onefile
 from .errors import Busy
 from .sessions import Identity
 from .shelf import Packed
-from .store import DiskStore as Texts
+from .store import DiskStore
 
 INLINE_GROUP = 256 << 10  # bytes of conversation.md made again on the loop (more: a thread)
 
@@ -111,7 +111,7 @@ class OnDisk(Snapshot):
     """The ``size`` bytes of a file kept in the disk cache (text ``text`` of ``kept``), read
     in place at each read."""
 
-    def __init__(self, kept: Texts, text: int, size: int) -> None:
+    def __init__(self, kept: DiskStore, text: int, size: int) -> None:
         super().__init__(b"")
         self.kept, self.text, self.size = kept, text, size
 

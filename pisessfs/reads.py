@@ -132,7 +132,7 @@ class Reads:
         self.view.hold(a)
         return self.entry(a)
 
-    # Each read request kind has one answer (``_lookup`` and the rest), which raises Busy
+    # Each read request kind has one answer (``lookup`` and the rest), which raises Busy
     # when blocking work is due first. The patched pyfuse3 asks it at once (``*_now``): what
     # a walk asks is mostly a name that is never there, or a kept answer of a session whose
     # file is unchanged since it answered, and each answered there costs no coroutine (three
