@@ -83,9 +83,7 @@ def handler(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[An
     @functools.wraps(fn)
     async def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
         Asked.last = time.monotonic()
-        Asked.requests += 1
-        if log.isEnabledFor(logging.DEBUG):  # --debug: every request
-            log.debug("%s%r", fn.__name__, args[1:])
+        _counted(fn.__name__, args[1:], at_once=False)
         try:
             return await fn(*args, **kwargs)
         except pyfuse3.FUSEError:
@@ -149,9 +147,10 @@ def now(fn: Callable[P, R | None]) -> Callable[P, R | None]:
 _ANSWERED: tuple[type[Exception], ...] = (*ERRNO, OSError)
 
 
-def _counted(name: str, args: tuple[object, ...]) -> None:
+def _counted(name: str, args: tuple[object, ...], at_once: bool = True) -> None:
+    """A request answered, counted for ``status`` (``--debug``: logged, every one)."""
     Asked.requests += 1
-    Asked.at_once += 1
+    Asked.at_once += at_once
     if log.isEnabledFor(logging.DEBUG):
         log.debug("%s%r", name, args)
 

@@ -98,11 +98,13 @@ def binds_message(name: str) -> bool:
 class ScratchLayer:
     """The scratch nodes (by inode) and each folder's overlay of names and whiteouts."""
 
-    def __init__(self, inodes: Inodes, relisted: Callable[[int], None]) -> None:
-        """``relisted(ino)``: folder ``ino`` lists other names now (the kernel is told)."""
-        self.inodes, self.relisted = inodes, relisted
+    def __init__(
+        self, inodes: Inodes, relisted: Callable[[int], None], nodes: dict[int, Node]
+    ) -> None:
+        """``relisted(ino)``: folder ``ino`` lists other names now (the kernel is told);
+        ``nodes``: scratch inode -> node, the table ``inodes`` keeps named."""
+        self.inodes, self.relisted, self.nodes = inodes, relisted, nodes
         self.overlays: dict[Key, Overlay] = {}  # entry folder -> its scratch layer
-        self.nodes: dict[int, Node] = {}  # scratch inode -> node
         self._serial = 0
 
     def _node(self, ino: int) -> Node:

@@ -264,10 +264,6 @@ class _Names:
         if bad:
             log.warning("disk cache: %d kept session names are unreadable: not used", bad)
 
-    def kept_heads(self) -> dict[str, list[Any]]:
-        with self._lock:
-            return dict(self.heads)
-
     def keep_heads(self, heads: dict[str, list[Any]]) -> None:
         """Keep ``heads`` as the root's session names (at unmount: before the writer ends)."""
         with self._lock:
@@ -634,11 +630,16 @@ class DiskStore:
         queued for writing); it is removed in the writer's thread."""
         if not self.on:
             return
-        with self._lock:
-            self._asked[path] = self._asked.get(path, 0) + 1
-            there = self._sizes.pop(path, None) is not None
-        if there:
+        if self._void([path]):
             self._queue(_Do(lambda db: _delete(db, [path]), f"drop {path}"))
+
+    def _void(self, paths: list[str]) -> list[str]:
+        """Entries of ``paths`` never answer again, nor do saves of them still queued;
+        those there were."""
+        with self._lock:
+            for path in paths:
+                self._asked[path] = self._asked.get(path, 0) + 1
+            return [path for path in paths if self._sizes.pop(path, None) is not None]
 
     def _forget(self, path: str) -> None:
         with self._lock:
@@ -756,10 +757,7 @@ class DiskStore:
                 break
             total -= size
             out.append(_path(key))
-        with self._lock:
-            for path in out:
-                self._sizes.pop(path, None)
-                self._asked[path] = self._asked.get(path, 0) + 1
+        self._void(out)
         with _transaction(db):
             _delete(db, out)
 
@@ -784,10 +782,7 @@ class DiskStore:
         except (OSError, sqlite3.Error):
             return 0
         out = [p for key, mark in rows for p in [_path(key)] if mark != self.mark or gone(p)]
-        with self._lock:
-            for path in out:
-                self._sizes.pop(path, None)
-                self._asked[path] = self._asked.get(path, 0) + 1
+        self._void(out)
         if out:
             self._queue(_Do(lambda db: _delete(db, out), "prune"))
         return len(out)

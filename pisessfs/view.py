@@ -51,7 +51,7 @@ from .layout import (
     WHOLE_KINDS,
     Request,
 )
-from .scratch import ScratchLayer
+from .scratch import Node, ScratchLayer
 from .sessions import (
     YIELD,
     Identity,
@@ -95,10 +95,11 @@ class View:
     def __init__(self, store: Store, render_cache_bytes: int = 64 << 20) -> None:
         self.store = store
         self.defer = False  # raise Busy for blocking work (the mount) instead of doing it
-        self.inodes = Inodes(lasting=set())
-        self.changes = Changes(self.inodes, store, self._forget_answers)
-        self.scratch = ScratchLayer(self.inodes, self.changes.contents)
-        self.inodes.lasting = self.scratch.nodes
+        nodes: dict[int, Node] = {}  # scratch inode -> node: named while they live
+        self.inodes = Inodes(lasting=nodes)
+        self.keeping = Keeping(self)
+        self.changes = Changes(self.inodes, store, self.keeping.answers.drop)
+        self.scratch = ScratchLayer(self.inodes, self.changes.contents, nodes)
         # (bound once: the hottest calls of every request)
         self.ino: Callable[[Key], int] = self.inodes.ino
         self.key: Callable[[int], Key] = self.inodes.key
@@ -109,7 +110,6 @@ class View:
         self.texts = Texts(render_cache_bytes)
         self.wholes = Wholes(self.texts, lambda: self.defer, self.changes.resized)
         self.disk: DiskStore | None = None  # the same, and their files, across mounts
-        self.keeping = Keeping(self)
         self.carry = Carry(self, self.keeping)
         store.on_evict = self.keeping.evicted
 
@@ -368,11 +368,6 @@ class View:
                 held.absent.add((parent, name))
             else:
                 held.found[(parent, name)] = a
-
-    # -- the parts' callbacks ---------------------------------------------------------------
-
-    def _forget_answers(self, path: str) -> None:
-        self.keeping.answers.drop(path)
 
     # -- extended attributes ----------------------------------------------------------------
 
