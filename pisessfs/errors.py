@@ -3,7 +3,16 @@
 
 from __future__ import annotations
 
-from .sessions import Work
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from .sessions import YIELD, Work
+
+R = TypeVar("R")
+
+#: How many times a request lets blocking work run (or other requests pass) before it is
+#: given up (EAGAIN): a session that never stops changing does not hold a request forever.
+MAX_STEPS = 100_000
 
 
 class ViewError(Exception):
@@ -58,3 +67,17 @@ class Busy(Exception):
     def __init__(self, work: Work) -> None:
         super().__init__("busy")
         self.work = work
+
+
+def settled(fn: Callable[..., R], *args: Any) -> R:
+    """``fn(*args)``, with the blocking work it hands back (:class:`Busy`) done here, inline,
+    and the call made again: how scripts and the core's tests drive the core, one step at a
+    time as the adapter does (``fuse_ops.Operations._core``, which runs the work off its
+    event loop instead)."""
+    for _ in range(MAX_STEPS):
+        try:
+            return fn(*args)
+        except Busy as busy:
+            if busy.work is not YIELD:
+                busy.work()
+    raise RuntimeError(f"{getattr(fn, '__name__', fn)}: never settled")

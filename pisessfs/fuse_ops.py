@@ -26,6 +26,7 @@ from . import writer
 from .actions import Actions
 from .appender import write_whole
 from .edits import Editor
+from .errors import MAX_STEPS
 from .invalidator import Invalidator
 from .reads import NO_OPENDIR, Reads
 from .saves import Saves
@@ -60,9 +61,6 @@ ERRNO: dict[type[Exception], int] = {
     act.TrashFailed: errno.EIO,  # its own errno, see _errno_of
 }
 
-#: How many times a request lets blocking work run (or other requests pass) before it is
-#: answered EAGAIN: a session that never stops changing does not hold a request forever.
-MAX_STEPS = 100_000
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -182,7 +180,6 @@ class Operations(pyfuse3.Operations):
     ) -> None:
         super().__init__()
         self.view = view
-        view.defer = True  # blocking work comes back as Busy, run off the event loop here
         self.editor = Editor(view, cap)
         self.actions = Actions(view)
         self.read_only = read_only

@@ -12,8 +12,9 @@ It is synchronous and FUSE-free: it raises the exceptions of ``errors``, and ``f
 turns them into errno. Nothing here blocks for long: :meth:`View.ready` brings a node's
 session (and, for the whole-session files, their rendering) up to date in steps, and when a
 step needs blocking work it raises :class:`Busy` with that work for the adapter to run off
-the event loop (with ``defer=False``, for tests and scripts, the work is simply done).
-Every other method reads the session as the last ``ready`` left it.
+the event loop. There is one mode: tests and scripts drive it the same way, running the
+work inline (``errors.settled``). Every other method reads the session as the last
+``ready`` left it.
 
 What a node shows is bounded by its real file: owner, group and permission bits of a session
 file bound everything under its folder, a project folder's bound its listing (DESIGN.md,
@@ -53,7 +54,6 @@ from .layout import (
 )
 from .scratch import Node, ScratchLayer
 from .sessions import (
-    YIELD,
     Identity,
     Listing,
     Loaded,
@@ -94,7 +94,6 @@ class View:
 
     def __init__(self, store: Store, render_cache_bytes: int = 64 << 20) -> None:
         self.store = store
-        self.defer = False  # raise Busy for blocking work (the mount) instead of doing it
         nodes: dict[int, Node] = {}  # scratch inode -> node: named while they live
         self.inodes = Inodes(lasting=nodes)
         self.keeping = Keeping(self)
@@ -108,7 +107,7 @@ class View:
         self.pinned, self.named = self.inodes.pinned, self.inodes.named
         self.known_of = self.inodes.known_of
         self.texts = Texts(render_cache_bytes)
-        self.wholes = Wholes(self.texts, lambda: self.defer, self.changes.resized)
+        self.wholes = Wholes(self.texts, self.changes.resized)
         self.disk: DiskStore | None = None  # the same, and their files, across mounts
         self.carry = Carry(self, self.keeping)
         store.on_evict = self.keeping.evicted
@@ -122,8 +121,8 @@ class View:
         listing: bool = False,
         waited: set[tuple[str, str, int]] | None = None,
     ) -> None:
-        """Bring what ``ino`` shows up to date; raises :class:`Busy` (``defer``) when that
-        needs blocking work or a pause first. Idempotent: call it again after the work.
+        """Bring what ``ino`` shows up to date; raises :class:`Busy` when that needs
+        blocking work or a pause first. Idempotent: call it again after the work.
 
         ``attr_only``: only the attributes are wanted, which a session folder has without
         parsing (so ``ls -l`` of a project parses nothing). ``listing``: the folder's
@@ -155,11 +154,9 @@ class View:
         self._settle(lambda: node.step(self, r))
 
     def _settle(self, step: Callable[[], Work | None]) -> None:
-        while (work := step()) is not None:
-            if self.defer:
-                raise Busy(work)
-            if work is not YIELD:
-                work()
+        work = step()
+        if work is not None:
+            raise Busy(work)
 
     def up_to_date(self, path: str) -> Loaded:
         """Session ``path`` brought up to date (raises :class:`Busy` like :meth:`ready`)."""
@@ -172,7 +169,7 @@ class View:
         """Session ``path`` as the last :meth:`up_to_date` left it (what writes work on: the
         adapter brings it up to date right before)."""
         sf = self.store.session(path)
-        if sf.loaded is None or not self.defer:  # tests and scripts: always the file as it is
+        if sf.loaded is None:
             self._settle(sf.step)
         assert sf.loaded is not None
         return sf.loaded
@@ -211,8 +208,8 @@ class View:
         fixed = KINDS[key.kind].immutable
         if s is not None and s is self.keeping.evicting:
             pass  # it answers as it is while it is dropped (its lock is held: no step)
-        elif s is None or not (self.defer or (fixed and s.epoch == key.epoch)):
-            self._settle(sf.step)  # the adapter asks ready() first; tests and scripts do not
+        elif s is None:  # (dropped since ready(): parsed again first)
+            self._settle(sf.step)
             s = sf.loaded
             assert s is not None
         if fixed and key.epoch != s.epoch:

@@ -35,12 +35,9 @@ RENDER_LOCKS = 64  # stripes of the lock that makes one render of a file at a ti
 class Wholes:
     """Renders of whole-session files, one of a file at a time."""
 
-    def __init__(
-        self, texts: Texts, defer: Callable[[], bool], resized: Callable[[Key], None]
-    ) -> None:
-        """``defer()``: whether a read of conversation.md hands back work rather than doing
-        it (the mount); ``resized(key)``: the file ``key`` has another size now."""
-        self.texts, self.defer, self.resized = texts, defer, resized
+    def __init__(self, texts: Texts, resized: Callable[[Key], None]) -> None:
+        """``resized(key)``: the file ``key`` has another size now."""
+        self.texts, self.resized = texts, resized
         self.made = 0  # whole-session files rendered (the mount trims the heap after them)
         # One render of a whole-session file at a time (striped: bounded however many)
         self._render_locks = [threading.Lock() for _ in range(RENDER_LOCKS)]
@@ -166,13 +163,12 @@ class Wholes:
         size: int = self._rendering(s, Kind.CONVERSATION)
         return size
 
-    def conv_snapshot(self, s: Loaded, defer: bool | None = None) -> ConvSnapshot:
-        """An open conversation.md: its size now, its bytes made again where not held."""
+    def conv_snapshot(self, s: Loaded, defer: bool = True) -> ConvSnapshot:
+        """An open conversation.md: its size now, its bytes made again where not held
+        (``defer``: a big part is :class:`Busy`, to be made off the loop)."""
         conv = self.conversation(s)
         remade = functools.partial(self.remade, s, conv)
-        return ConvSnapshot(
-            conv, self.conv_size(s), remade, self.defer() if defer is None else defer
-        )
+        return ConvSnapshot(conv, self.conv_size(s), remade, defer)
 
     def conv_text(self, s: Loaded) -> bytes:
         """conversation.md whole (tests and scripts: the mount reads it by range)."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 if TYPE_CHECKING:
-    from pisessfs.view import View
+    from tests.driven import Driven
 
 HEADER = {
     "type": "session",
@@ -106,7 +106,7 @@ def write_all(folder: Path) -> dict[str, tuple[Path, set[str]]]:
     return out
 
 
-def enter(v: View, parent: int, stem: str) -> int:
+def enter(v: Driven, parent: int, stem: str) -> int:
     """A session folder by its file's stem: a link to the folder's name, when it has one."""
     a = v.lookup(parent, stem)
     return v.lookup(parent, v.readlink(a.ino).decode()).ino if stat.S_ISLNK(a.mode) else a.ino

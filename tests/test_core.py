@@ -21,9 +21,10 @@ from pisessfs.jsonl import Parser
 from pisessfs.kind import Kind
 from pisessfs.sessions import Store, Unreadable
 from pisessfs.tree import Index
-from pisessfs.view import Key, NotFound, View
+from pisessfs.view import Key, NotFound
 from tests import damaged
 from tests.damaged import HEADER, enter, line, user
+from tests.driven import Driven
 
 
 def parse(data: bytes) -> Parser:
@@ -225,7 +226,7 @@ def test_view_layout_of_a_session(tmp_path: Path) -> None:
     data = line(HEADER) + line(user("aaaaaaaa", None, "First question", 1))
     data += line(user("bbbbbbbb", "aaaaaaaa", "Second one", 2))
     f.write_bytes(data)
-    v = View(Store(str(tmp_path)))
+    v = Driven(Store(str(tmp_path)))
     proj = v.lookup(1, "home-x").ino
     sess = enter(v, proj, "s1")
     assert [n for n, _ in v.children(proj)] == ["latest", "2026-11-20T1000-first-question-dmg"]
@@ -284,7 +285,7 @@ def test_a_parsed_session_answers_from_kept_answers_until_its_file_changes(
     (tmp_path / "--home-x--").mkdir()
     f = tmp_path / "--home-x--" / "s1.jsonl"
     f.write_bytes(line(HEADER) + line(user("aaaaaaaa", None, "First question", 1)))
-    v = View(Store(str(tmp_path)))
+    v = Driven(Store(str(tmp_path)))
     sess = enter(v, v.lookup(1, "home-x").ino, "s1")
     leaves = v.lookup(sess, "leaves").ino
     listings = {ino: v.children(ino) for ino in (sess, leaves)}
@@ -308,7 +309,7 @@ def test_answers_dropped_are_not_answered_again_by_the_last_session_asked(
     (tmp_path / "--home-x--").mkdir()
     f = tmp_path / "--home-x--" / "s1.jsonl"
     f.write_bytes(line(HEADER) + line(user("aaaaaaaa", None, "First question", 1)))
-    v = View(Store(str(tmp_path)))
+    v = Driven(Store(str(tmp_path)))
     sess = enter(v, v.lookup(1, "home-x").ino, "s1")
     listing = v.children(sess)
     assert v.keeping.kept_listing(sess) == listing
@@ -330,7 +331,7 @@ def test_unreadable_session_is_denied_alone(
         return real_open(path, flags, *args, **kw)
 
     monkeypatch.setattr(os, "open", fake_open)  # root reads any file: chmod cannot do this
-    v = View(Store(str(tmp_path)))
+    v = Driven(Store(str(tmp_path)))
     locked = v.lookup(1, "locked").ino
     with pytest.raises(Unreadable) as exc:
         v.children(locked)
@@ -403,7 +404,7 @@ def test_numbers_the_kernel_does_not_hold_are_swept_and_come_back_the_same(
     for i, eid in enumerate(ids):
         data += line(user(eid, ids[i - 1] if i else None, f"turn {i}", i % 60))
     (tmp_path / "--home-x--" / "s1.jsonl").write_bytes(data)
-    v = View(Store(str(tmp_path)))
+    v = Driven(Store(str(tmp_path)))
     held = [v.lookup(1, "home-x")]
     held.append(v.lookup(held[0].ino, v.children(held[0].ino)[1][0]))
     held.append(v.lookup(held[1].ino, "nodes"))
@@ -454,16 +455,16 @@ def test_a_big_conversation_is_held_in_part_and_reads_the_same_anywhere(
     (tmp_path / "--home-x--").mkdir()
     (tmp_path / "--home-x--" / "s1.jsonl").write_bytes(big_chain(1500, 4000))
 
-    def opened(v: View) -> int:
+    def opened(v: Driven) -> int:
         proj = v.lookup(1, "home-x").ino
         return v.lookup(v.lookup(proj, v.children(proj)[1][0]).ino, "conversation.md").ino
 
     monkeypatch.setattr(onefile, "HELD_BYTES", 1 << 40)
-    ref = View(Store(str(tmp_path)))
+    ref = Driven(Store(str(tmp_path)))
     whole = ref.content(opened(ref))  # made once, all of it held
     monkeypatch.setattr(onefile, "HELD_BYTES", 256 << 10)
     monkeypatch.setattr(onefile, "PACKED_BYTES", packed)
-    v = View(Store(str(tmp_path)))
+    v = Driven(Store(str(tmp_path)))
     ino = opened(v)
     assert v.getattr(ino).size == len(whole) > 5 << 20
     conv = v.wholes.conversation(v.session(v.key(ino)))
@@ -518,7 +519,7 @@ def test_each_line_is_decoded_once_for_all_whole_session_files(
         path_b = str(tmp_path / str(n) / ("b-" + f.name))
         for p in (path, path_b):
             Path(p).write_bytes(f.read_bytes())
-        together = View(Store(str(tmp_path)))
+        together = Driven(Store(str(tmp_path)))
         s = together.up_to_date(path)
         lines = len(s.parser.entries)
         decoded[0] = 0
@@ -532,7 +533,7 @@ def test_each_line_is_decoded_once_for_all_whole_session_files(
         together.wholes._render(s, Kind.JSON)
         # (a leaf's folder name is made from its own text, once per leaf)
         assert decoded[0] <= len(s.index.all_leaves()), f.name
-        alone = View(Store(str(tmp_path)))
+        alone = Driven(Store(str(tmp_path)))
         s_b = alone.up_to_date(path_b)
         for kind in (Kind.JSON, Kind.TREE):
             alone.wholes._render(s_b, kind)
@@ -563,7 +564,7 @@ def test_a_dropped_sessions_files_are_read_from_the_shelf_without_a_parse(tmp_pa
         (folder / f.name).write_bytes(f.read_bytes())
     cap = 3 << 20  # a session or two parsed: each walked one drops the one before
     store = Store(str(tmp_path), cache_bytes=cap, min_idle=0)
-    v = View(store)
+    v = Driven(store)
     proj = v.lookup(1, "home-x").ino
     whole: dict[int, bytes] = {}
     for name, a in v.children(proj):
@@ -637,13 +638,13 @@ def test_conversation_md_gives_every_branch_views_size(tmp_path: Path) -> None:
         (tmp_path / str(n)).mkdir()
         path = tmp_path / str(n) / f.name
         path.write_bytes(f.read_bytes())
-        v = View(Store(str(tmp_path / str(n))))
+        v = Driven(Store(str(tmp_path / str(n))))
         s = v.store.session(str(path)).load()
         v.wholes.conv_text(s)  # as a listing of the session folder renders it
         sizes = dict(s.memo.branch_sizes)
         if f not in damaged_files:  # (a duplicate id or an orphan may come before its parent)
             assert set(v.texts.listed(s)) <= sizes.keys(), f
-        fresh = View(Store(str(tmp_path / str(n))))
+        fresh = Driven(Store(str(tmp_path / str(n))))
         fs = fresh.store.session(str(path)).load()
         some = sorted(sizes)[:: max(1, len(sizes) // 50)] + v.texts.listed(s)
         for eid in set(some) & sizes.keys():

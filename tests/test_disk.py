@@ -30,7 +30,8 @@ from pisessfs.model import Entry, Problem
 from pisessfs.reads import PUSH_BYTES
 from pisessfs.sessions import Store
 from pisessfs.store import DiskStore
-from pisessfs.view import Key, NotFound, View
+from pisessfs.view import Key, NotFound
+from tests.driven import Driven
 
 from .conftest import Mount, drop_caches, mounted, named, need, wait_for
 from .test_lifecycle_status import status_json
@@ -452,7 +453,7 @@ def test_a_problem_found_after_the_last_entry_is_noted_at_once(tmp_path: Path) -
     _listing(v, path)  # (as the kernel lists the folder again: conversation.md's new size)
     text = v.wholes.conv_text(s)
     assert b"> problem: line 6: malformed-json" in text
-    fresh = View(Store(str(root)))
+    fresh = Driven(Store(str(root)))
     assert text == fresh.wholes.conv_text(fresh.store.session(str(path)).load())
     assert v.carry.save(s)
     c.close()
@@ -606,17 +607,17 @@ def _one_session(tmp_path: Path, messages: int = 30) -> tuple[Path, Path]:
     return root, path
 
 
-def _view_on(root: Path, cache: Path) -> tuple[Store, View, DiskStore]:
+def _view_on(root: Path, cache: Path) -> tuple[Store, Driven, DiskStore]:
     """The core of a mount of ``root`` on disk cache ``cache``, without FUSE."""
     parsed = Store(str(root))
-    v = View(parsed)
+    v = Driven(parsed)
     c = DiskStore(str(cache), 1 << 30, store.code_mark(), parsed.root)
     assert c.open()
-    v.disk = parsed.disk = c
+    v.view.disk = parsed.disk = c
     return parsed, v, c
 
 
-def _listing(v: View, path: Path) -> tuple[int, dict[str, Any]]:
+def _listing(v: Driven, path: Path) -> tuple[int, dict[str, Any]]:
     """A session folder's listing, from kept answers (the disk cache's too) if any."""
     sess = v.ino(Key(Kind.SESSION, str(path)))
     names = v.keeping.kept_listing(sess)

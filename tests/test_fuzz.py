@@ -339,9 +339,10 @@ def walk_view(root: Path) -> tuple[list[str], Counter[str]]:
     """List every folder of a View of ``root``, look up every listed name, read every file,
     resolve every link; return what failed (an exception, a name that resolves to something
     else, a size that is not the content's) and how many nodes of each kind were seen."""
-    from pisessfs.view import ROOT_INO, View
+    from pisessfs.view import ROOT_INO
+    from tests.driven import Driven
 
-    view = View(Store(str(root)))
+    view = Driven(Store(str(root)))
     failures: list[str] = []
     seen: Counter[str] = Counter()
 

@@ -362,7 +362,7 @@ def test_a_line_forked_many_times_renders_in_linear_time_and_size(tmp_path: Path
     Rows stay short (deep levels are counted, not drawn) and counts come from the index."""
     from pisessfs import summary
     from pisessfs.sessions import Store
-    from pisessfs.view import View
+    from tests.driven import Driven
 
     data, parent = damaged.line(damaged.HEADER), None
     n = 3000
@@ -372,7 +372,7 @@ def test_a_line_forked_many_times_renders_in_linear_time_and_size(tmp_path: Path
         parent = f"{i:08x}"
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "s.jsonl").write_bytes(data)
-    view = View(Store(str(tmp_path)))
+    view = Driven(Store(str(tmp_path)))
     s = view.up_to_date(str(tmp_path / "p" / "s.jsonl"))
     tree = summary.tree_txt(s, lambda e: view.texts.folder_of(s, e)).decode()
     rows = tree.splitlines()
@@ -394,7 +394,8 @@ def test_a_name_in_a_deep_folder_is_found_without_rendering_the_path(
     from pisessfs import render
     from pisessfs.errors import NotFound
     from pisessfs.sessions import Store
-    from pisessfs.view import Key, View
+    from pisessfs.view import Key
+    from tests.driven import Driven
 
     data, parent = damaged.line(damaged.HEADER), None
     n = 5000
@@ -404,7 +405,7 @@ def test_a_name_in_a_deep_folder_is_found_without_rendering_the_path(
     (tmp_path / "p").mkdir()
     path = str(tmp_path / "p" / "s.jsonl")
     (tmp_path / "p" / "s.jsonl").write_bytes(data)
-    view = View(Store(str(tmp_path)))
+    view = Driven(Store(str(tmp_path)))
     s = view.up_to_date(path)
     calls = 0
     real = render.render

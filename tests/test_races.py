@@ -23,7 +23,7 @@ import pytest
 from pisessfs import heads, sessions
 from pisessfs import inodes as inodes_module
 from pisessfs import texts as texts_module
-from pisessfs.errors import Busy
+from pisessfs.errors import Busy, settled
 from pisessfs.kept import Kept
 from pisessfs.kind import Kind
 from pisessfs.loaded import INLINE_BYTES, YIELD, Identity
@@ -34,16 +34,7 @@ from tests.damaged import HEADER, line, user
 R = TypeVar("R")
 
 
-def core(fn: Callable[..., R], *args: Any) -> R:
-    """Call the core as the adapter does (``Operations._core``): blocking work it hands back
-    is run, then the call is made again."""
-    for _ in range(10_000):
-        try:
-            return fn(*args)
-        except Busy as busy:
-            if busy.work is not YIELD:
-                busy.work()
-    raise AssertionError("the core never settled")
+core = settled  # the core called as the adapter calls it, the work run inline
 
 
 def chain(n: int, width: int, start: int = 0) -> bytes:
@@ -82,7 +73,6 @@ def parsed_past_the_cap(tmp_path: Path) -> tuple[View, sessions.Loaded, int]:
     a drop always has work; and the number of an entry folder of 400 messages."""
     path = big_session(tmp_path)
     v = View(Store(str(tmp_path), cache_bytes=1 << 10))
-    v.defer = True
     s = core(v.up_to_date, path)
     return v, s, v.ino(Key(Kind.ENTRY, path, s.epoch, f"{399:08x}"))
 
@@ -232,7 +222,6 @@ def test_a_render_that_ends_as_its_session_is_dropped_is_shelved_with_it(tmp_pat
     the next read of tree.txt parsed the session again."""
     path = big_session(tmp_path)
     v = View(Store(str(tmp_path), cache_bytes=64 << 20))
-    v.defer = True
     s = core(v.up_to_date, path)
     sf = v.store.session(path)
     dropped: list[int] = []
@@ -264,7 +253,6 @@ def test_two_first_renders_of_a_conversation_across_an_append_agree_with_its_siz
     and renders the entries appended since."""
     path = big_session(tmp_path, n=600)
     v = View(Store(str(tmp_path)))
-    v.defer = True
     core(v.up_to_date, path)  # parsed first (not part of the race)
     started: list[threading.Event] = [threading.Event(), threading.Event()]
     go: list[threading.Event] = [threading.Event(), threading.Event()]
