@@ -78,7 +78,7 @@ class Carry:
 
     def _saved(self, path: str, ident: Identity, held: Answers, stored: Stored) -> None:
         """The writer saved the entry of ``held``: a read the kernel's page cache cannot
-        answer (the shelf's budget let the files go) is read from there, not parsed."""
+        answer is read from there, not parsed."""
         if self.keeping.answers.peek(path, ident) is held:
             held.stored = stored
 
@@ -238,7 +238,7 @@ class Carry:
         text = self.view.disk.reader(stored, key.kind, later.size)
         if text is None:
             return False
-        log.debug("%s of %s: read from the disk cache", key.kind, key.path)
+        log.debug("%s of %s: read from the %s", key.kind, key.path, self.view.disk.name)
         later.inner = OnDisk(self.view.disk, text, later.size)
         return True
 

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import functools
 import os
-import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 
 from . import onefile
 from .errors import Busy
 from .sessions import Identity
-from .shelf import Packed
 from .store import DiskStore
 
 INLINE_GROUP = 256 << 10  # bytes of conversation.md made again on the loop (more: a thread)
@@ -92,7 +90,7 @@ class Later(Snapshot):
 
     def behind(self, off: int, size: int) -> bool:
         """Whether a read past its end must look for what was added since (``tail -f``):
-        bytes made from the shelf or the disk cache stop where they were kept; those made
+        bytes made from the store stop where they were kept; those made
         from the session (:class:`ConvSnapshot`) follow it by themselves."""
         inner = self.inner
         return (
@@ -136,22 +134,6 @@ class _Parts(Snapshot):
     def chunk(self, off: int, end: int) -> bytes:
         """Bytes from ``off`` (< ``end``) to the end of its part or ``end``."""
         raise NotImplementedError
-
-
-class Unshelved(_Parts):
-    """The first ``size`` bytes of a file shelved compressed, one part decompressed at a
-    time (the last one kept: the kernel reads in order)."""
-
-    def __init__(self, packed: Packed, size: int) -> None:
-        super().__init__(b"")
-        self.packed, self.size = packed, size
-        self._last: tuple[int, bytes] = (-1, b"")
-
-    def chunk(self, off: int, end: int) -> bytes:
-        index, start = self.packed.part(off)
-        if self._last[0] != index:
-            self._last = (index, zlib.decompress(self.packed.blobs[index]))
-        return self._last[1][off - start : end - start]
 
 
 class ConvSnapshot(_Parts):

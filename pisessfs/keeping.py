@@ -1,13 +1,12 @@
 """Answers kept past the parse cache: what a session's folders answered (listings,
 attributes, link targets, names that do not exist), for its file as it was, so that a
 session the parse cache dropped answers a walk without a parse, and handles opened from those
-answers read their bytes from where they are kept (the session's rendering, the shelf, the
-disk cache).
+answers read their bytes from where they are kept (the session's rendering, the store).
 
 Answers are gathered while a session is parsed (``holding``), answer for it while its file
 is unchanged (one ``stat`` vouches for them for :data:`KEPT_FRESH` seconds) and after it is
 dropped (``evicted`` keeps what ``rg`` will ask of its links, then saves it to the disk cache
-or shelves its files). Whether a node's answer may be kept is its kind's call
+with its files). Whether a node's answer may be kept is its kind's call
 (``NodeKind.holds``).
 """
 
@@ -23,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple, TypeGuard
 
 from .errors import Changed, NotFound, ViewError
-from .handles import Later, Snapshot, Unshelved
+from .handles import Later, Snapshot
 from .inodes import Attr, Key
 from .kept import Answers, Kept
 from .kind import Kind
@@ -31,7 +30,6 @@ from .layout import KINDS, RAW, WHOLE_KINDS, fork_holds, fork_of
 from .loaded import RENDERED, Identity, Loaded
 from .names import VIEW_SUFFIX, id_name
 from .sessions import SessionFile, Unreadable
-from .shelf import Packed
 from .store import File
 
 if TYPE_CHECKING:
@@ -173,7 +171,7 @@ class Keeping:
         file it was opened for, whatever the session file does meanwhile (they change in
         the middle: a read of a newer version past the size the kernel was told would be
         another file cut short). Filled here from the rendering of that file when its
-        session holds one; else from the shelf or the disk cache at the first read. False:
+        session holds one; else from the store at the first read. False:
         the open renders the file as it is now."""
         sf = self.view.store.known(key.path)
         s = sf.loaded if sf is not None else None
@@ -183,19 +181,17 @@ class Keeping:
                 return False
             later.inner = Snapshot(hit[1])
             return True
-        return self._shelved(later, key) is not None or held.stored is not None
+        return held.stored is not None
 
     def evicted(self, s: Loaded) -> None:
         """Session ``s`` is about to be dropped from the parse cache (it is still its
-        state, under its lock): what a walk will ask of it again is kept without it. Its
-        files go to the shelf only when they do not go to the disk cache: a read the page
-        cache cannot answer reads the entry (compressing them for the shelf as well cost a
-        drop CPU and the shelf memory, for nothing)."""
+        state, under its lock): what a walk will ask of it again is kept without it, and
+        its files go to the store (on disk, or in memory), so that a read the page cache
+        cannot answer reads them there instead of parsing the session again."""
         self.evicting = s
         try:
             self.keep_links(s)
-            if not self.view.carry.save(s):
-                self._shelve(s)
+            self.view.carry.save(s)
         finally:
             self.evicting = None
 
@@ -234,21 +230,6 @@ class Keeping:
             if now is None or now.link != held.fork.link:
                 self.answers.drop(s.path)  # its parent came or went: ``parent`` led elsewhere
 
-    def _shelve(self, s: Loaded) -> None:
-        """Offer the whole-session files of ``s`` to the shelf as the kernel was told them,
-        so that a read its page cache cannot answer is not a parse (what is not made whole
-        is not offered: a big session's old groups of conversation.md)."""
-        ident, shelf = s.ident, self.view.store.shelf
-        if ident is None:
-            return
-        offered = [
-            shelf.offer(s.path, ident, kind, parts, size)  # type: ignore[arg-type]  # (bytes alone)
-            for kind, (parts, size) in self.whole_files(s).items()
-        ]
-        if len(offered) < 3 or not all(offered):
-            said = (s.path, len(offered), offered.count(False))
-            log.debug("%s: not all shelved (offered %d, refused %d)", *said)
-
     def whole_files(self, s: Loaded, again: bool = False) -> dict[str, File]:
         """The whole-session files of ``s`` as the kernel was told them, in parts (some
         compressed), by kind (under its lock). A big session's old groups of conversation.md
@@ -273,21 +254,10 @@ class Keeping:
                 out[kind.value] = ([(0, hit[1], False)], len(hit[1]))  # (JSON keys: str)
         return out
 
-    def _shelved(self, later: Later, key: Key) -> Packed | None:
-        """File ``key`` on the shelf as the kernel was told it for ``later``, if it is."""
-        packed = self.view.store.shelf.get(key.path, later.ident, key.kind)
-        return packed if packed is not None and packed.size == later.size else None
-
-    def unshelve(self, later: Later) -> bool:
-        """Make the bytes of ``later`` from the shelf, when its file is there as the kernel
+    def from_store(self, later: Later) -> bool:
+        """Make the bytes of ``later`` from the store, when its file is there as the kernel
         was told it (then its session is not parsed). False: :meth:`fill` must."""
-        key = self.view.key(later.ino)
-        packed = self._shelved(later, key)
-        if packed is None:
-            return self.view.carry.from_disk_file(later, key)
-        log.debug("%s of %s: read from the shelf", key.kind, key.path)
-        later.inner = Unshelved(packed, later.size)
-        return True
+        return self.view.carry.from_disk_file(later, self.view.key(later.ino))
 
     def fill(self, later: Later) -> None:
         """Make the bytes of ``later`` (its session brought up to date by ``ready``).
@@ -318,7 +288,7 @@ class Keeping:
             return False  # (gone: the reader keeps what it has)
 
     def catch_up(self, later: Later) -> None:
-        """``later`` (conversation.md, made from the shelf or the disk cache) read past its
+        """``later`` (conversation.md, made from the store) read past its
         end: from now on it reads the session's own, which has what was added since (its
         session brought up to date by ``ready``). Its first bytes are the same: the file only
         grows, and an entry renders the same forever."""

@@ -40,6 +40,9 @@ _AHEAD = threading.local()  # the last block read ahead by this thread: file, st
 #: Bytes per item of the per-entry memos (an estimate: a dict slot, a key, a short value).
 PREVIEW_COST, BRANCH_SIZE_COST, FOLDER_NAME_COST = 250, 120, 150
 LISTED_NAME_COST = 200  # bytes per name of an entry folder's listing kept (``Derived.files``)
+#: Bytes of message files and branch views kept per session (``Renders``), least recently
+#: used dropped first: a session's own share of the parse cache's cap, which counts them.
+RENDERS_CAP = 16 << 20
 RENDERED = (Kind.TREE, Kind.JSON)  # memos of whole-session renderings: (version, bytes)
 WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
 # Bytes read and parsed at a time by a whole read: above glibc's largest mmap threshold
@@ -108,6 +111,53 @@ class Identity:
         )
 
 
+Rendered = tuple[bytes, list[tuple[str, bytes]]]  # a message file's text and its images
+
+
+class Renders:
+    """The message files and branch views of one session made and kept (``Texts``), least
+    recently used dropped first past ``cap``. A frozen copy of the session shares it (an
+    entry shows the same bytes in every copy); an index built again starts a new one."""
+
+    def __init__(self, cap: int = RENDERS_CAP) -> None:
+        self._kept: OrderedDict[Key, Rendered] = OrderedDict()
+        self.bytes, self.cap = 0, cap
+        self._lock = threading.Lock()  # render threads keep renders while the loop reads
+
+    def get(self, key: Key) -> Rendered | None:
+        with self._lock:
+            hit = self._kept.get(key)
+            if hit is not None:
+                self._kept.move_to_end(key)
+            return hit
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self._kept
+
+    def put(self, key: Key, done: Rendered) -> int:
+        """Keep ``done`` as ``key``'s (a render made twice is counted once); the change of
+        :attr:`bytes` (what the parse cache counts)."""
+        with self._lock:
+            before = self.bytes
+            old = self._kept.pop(key, None)
+            if old is not None:
+                self.bytes -= weight(old)
+            self._kept[key] = done
+            self.bytes += weight(done)
+            while self.bytes > self.cap and len(self._kept) > 1:
+                self.bytes -= weight(self._kept.popitem(last=False)[1])
+            return self.bytes - before
+
+    def recounted(self) -> int:
+        """:attr:`bytes` counted again from what is kept (tests)."""
+        with self._lock:
+            return sum(map(weight, self._kept.values()))
+
+
+def weight(r: Rendered) -> int:
+    return len(r[0]) + sum(len(data) for _, data in r[1])
+
+
 @dataclass(slots=True)
 class Derived:
     """What the view derives from a parsed session, kept with it (``Loaded.memo``).
@@ -129,6 +179,7 @@ class Derived:
     calls: tuple[Entry, dict[str, dict[str, Any]]] | None = None  # the last message's calls
     parent: Fork | None = None  # a fork's ``parent`` link, as last looked for
     pi_name: tuple[int, str | None] | None = None  # the name Pi shows, of a version
+    renders_kept: Renders = field(default_factory=Renders)  # message files, branch views
 
     def for_a_copy(self) -> Derived:
         """What a frozen copy starts with: the entry-derived parts shared, the renderings
@@ -170,7 +221,7 @@ class Derived:
         held += BRANCH_SIZE_COST * len(self.branch_sizes) + FOLDER_NAME_COST * len(self.folder)
         # (list(): a render thread may change the dict meanwhile)
         held += LISTED_NAME_COST * sum(map(len, list(self.files.values())))
-        return held
+        return held + self.renders_kept.bytes
 
 
 class Loaded:

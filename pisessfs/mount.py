@@ -94,7 +94,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
     Raises MountError if mounting fails."""
     store = Store(opts.sessions, cache_bytes=opts.cache_mb << 20, min_idle=opts.cache_idle)
     view = View(store)
-    cache = _disk_cache(opts, store)
+    cache = _kept(opts, store)
     view.disk = store.disk = cache
     appender = Appender()
     ops = Operations(view, read_only=opts.read_only, cap=opts.max_message_bytes, put=appender.put)
@@ -131,7 +131,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
             read_only=opts.read_only,
             cache_bytes=opts.cache_mb << 20,
             parsed=lambda: _parsed(store),
-            shelved=lambda: (len(store.shelf), store.shelf.bytes),
+            kept=lambda: (len(cache), cache.total_bytes()) if cache.memory else (0, 0),
             disk=lambda: _on_disk(cache),
             warm=lambda: warmup.state,
             requests=lambda: (Asked.requests, Asked.at_once),
@@ -150,7 +150,9 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
         if state is not None:
             state.remove()
         pyfuse3.close(unmount=clean)
-        if cache is not None:
+        if cache.memory:
+            cache.close(SAVE_SECONDS)
+        else:
             _save(view, cache, clean)
         appender.close()  # after the last request: it finishes the line it holds, then exits
         watcher.close()
@@ -183,6 +185,16 @@ def _init(ops: Operations, opts: MountOptions) -> None:
     raise MountError("; ".join(lines) or str(failure))
 
 
+def _kept(opts: MountOptions, store: Store) -> DiskStore:
+    """Where what the parse cache drops is kept: the disk cache, else (none asked for, or
+    its folder may not be used) a store in memory."""
+    cache = _disk_cache(opts, store)
+    if cache is None:
+        cache = store.in_memory_store()
+        cache.open()
+    return cache
+
+
 def _disk_cache(opts: MountOptions, store: Store) -> DiskStore | None:
     """The disk cache, when asked for and usable; its entries of sessions that are gone
     are removed in a thread meanwhile."""
@@ -210,9 +222,9 @@ def _disk_cache(opts: MountOptions, store: Store) -> DiskStore | None:
     return cache
 
 
-def _on_disk(cache: DiskStore | None) -> tuple[str, int, int]:
+def _on_disk(cache: DiskStore) -> tuple[str, int, int]:
     """The disk cache's folder, entries and bytes (for ``status``)."""
-    return ("", 0, 0) if cache is None else (cache.folder, len(cache), cache.total_bytes())
+    return ("", 0, 0) if cache.memory else (cache.folder, len(cache), cache.total_bytes())
 
 
 def _save(view: View, cache: DiskStore, clean: bool) -> None:
@@ -254,10 +266,10 @@ def _parsed(store: Store) -> tuple[int, int]:
     return 0, 0
 
 
-def _shown(store: Store, cache: DiskStore | None) -> tuple[int, int, int]:
+def _shown(store: Store, cache: DiskStore) -> tuple[int, int, int]:
     """Sessions shown, in how many projects, and how many of them the disk cache holds."""
     paths, projects = store.session_paths()
-    kept = sum(cache.has(p) for p in paths) if cache is not None else 0
+    kept = 0 if cache.memory else sum(cache.has(p) for p in paths)
     return len(paths), projects, kept
 
 

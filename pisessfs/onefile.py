@@ -308,7 +308,7 @@ class Conversation:
         self, again: Callable[[int], Callable[[], bytes]] | None = None
     ) -> list[tuple[int, bytes | Callable[[], bytes], bool]] | None:
         """Every group's bytes from its offset, compressed (``True``) where held so, for the
-        shelf and the disk cache; a group held in neither way (a big session's old groups)
+        store; a group held in neither way (a big session's old groups)
         is what ``again(index)`` makes of it, or else there are no parts (None)."""
         with self._mu:
             out: list[tuple[int, bytes | Callable[[], bytes], bool]] = []

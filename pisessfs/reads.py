@@ -197,7 +197,7 @@ class Reads:
         if self.editor.owns(fh):
             return self.editor.read(fh, off, size)
         snap = self._files[fh]
-        if self._unfilled(snap):  # not on the shelf nor in the disk cache: made from its session
+        if self._unfilled(snap):  # not in the store: made from its session
             self.view.ready(snap.ino, False, False, waited)
             self.view.keeping.fill(snap)
         elif self.view.keeping.grew(snap, off, size):  # (tail -f of conversation.md)
@@ -312,20 +312,20 @@ class Reads:
         self._pushed = set()
 
     def _filled(self, snap: v.Snapshot) -> None:
-        """Make the bytes of a handle opened from kept answers, if not yet: from the shelf
-        or the disk cache, else from its session, when it is parsed and up to date (else
+        """Make the bytes of a handle opened from kept answers, if not yet: from the store,
+        else from its session, when it is parsed and up to date (else
         :class:`~pisessfs.view.Busy`: the handler's ``_ready`` runs what is due)."""
         if self._unfilled(snap):
             self.view.ready(snap.ino, False, False, set())
             self.view.keeping.fill(snap)
 
     def _unfilled(self, snap: v.Snapshot) -> TypeGuard[v.Later]:
-        """A handle opened from kept answers whose bytes neither the shelf nor the disk
-        cache has: its session must make them."""
+        """A handle opened from kept answers whose bytes the store does not have: its
+        session must make them."""
         return (
             isinstance(snap, v.Later)
             and snap.inner is None
-            and not self.view.keeping.unshelve(snap)
+            and not self.view.keeping.from_store(snap)
         )
 
     def close_reader(self, fh: int) -> None:

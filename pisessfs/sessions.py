@@ -46,7 +46,6 @@ from .loaded import (
     freeze_grown,
     no_gc,
 )
-from .shelf import SHARE, Shelf
 from .store import DiskStore
 
 if TYPE_CHECKING:
@@ -57,8 +56,11 @@ log = logging.getLogger(__name__)
 _RACY_NS = 100_000_000
 #: Seconds a parsed session is kept past the cap after its last use (``--cache-idle``).
 MIN_IDLE = 5.0
-#: ``--warm`` stops when the shelf is this full: more would push out what it warmed.
-WARM_SHELF = 0.9
+#: The share of the cap a store in memory (``--disk-cache off``) may hold of what the
+#: parse cache drops (the parse cache has the rest, at least).
+SHARE = 0.5
+#: ``--warm`` stops when such a store is this full: more would push out what it warmed.
+WARM_KEPT = 0.9
 #: Sessions ``Store.leave`` tries at most (the oldest: a thread may hold one or render it).
 LEAVE_TRIES = 16
 
@@ -268,7 +270,7 @@ class SessionFile:
 
     def leave(self) -> Loaded | None:
         """Have the store's owner keep what it will answer without the state (its answers,
-        its files on the shelf); the state, unless it may not be dropped now."""
+        its files in the store); the state, unless it may not be dropped now."""
         cur = self.loaded
         if cur is None or cur.ident is None or self.working:
             return None  # a thread renders it: evicted now, it would be parsed again, forever
@@ -514,11 +516,11 @@ class Store:
         self._shown: dict[str, str] = {}  # path -> the name it was listed with
         self._provisional: set[str] = set()  # named before their first line was there
         self.lru_lock = threading.Lock()
-        # What a dropped session leaves behind, compressed, within the same cap; the view
-        # says what (``on_evict`` is called with the state about to be dropped).
-        self.shelf = Shelf(int(cache_bytes * SHARE))
+        # What a dropped session leaves behind (the view says what: ``on_evict`` is called
+        # with the state about to be dropped) goes to the store: on disk, or in memory
+        # within :data:`SHARE` of the same cap.
         self.on_evict: Callable[[Loaded], None] | None = None
-        self.disk: DiskStore | None = None  # what mounts kept across mounts (``disk``)
+        self.disk: DiskStore | None = None  # the store (``store``)
 
     def _kept_heads(self) -> dict[str, list[Any]]:
         return self.disk.names.heads if self.disk is not None else {}
@@ -683,9 +685,8 @@ class Store:
         return found
 
     def changed(self, path: str) -> None:
-        """Session file ``path`` changed (the watcher says so): its shelved files, its disk
-        cache entry and its last ``stat`` no longer vouch for it."""
-        self.shelf.drop(path)
+        """Session file ``path`` changed (the watcher says so): its entry in the store and
+        its last ``stat`` no longer vouch for it."""
         if self.disk is not None:
             self.disk.drop(path)
         sf = self._files.get(path)
@@ -694,14 +695,22 @@ class Store:
 
     def warm_room(self) -> bool:
         """Whether one more session parsed keeps the ones before (``--warm``): the parse
-        cache is under the cap, or the shelf, where the cap sends what it drops, has room."""
+        cache is under the cap, or the store, where the cap sends what it drops, has room."""
         if self.held() < self.cache_bytes:
             return True
-        return self.shelf.bytes < WARM_SHELF * self.shelf.budget
+        d = self.disk
+        return d is not None and (not d.memory or d.total_bytes() < WARM_KEPT * d.cap)
 
     def held(self) -> int:
-        """Bytes counted against the cap: the parsed sessions and the shelf."""
-        return self._total + self.shelf.bytes
+        """Bytes counted against the cap: the parsed sessions, and the store when it is in
+        memory."""
+        d = self.disk
+        return self._total + (d.total_bytes() if d is not None and d.memory else 0)
+
+    def in_memory_store(self) -> DiskStore:
+        """A store in memory for what the parse cache drops (``--disk-cache off``), within
+        :data:`SHARE` of the cap."""
+        return DiskStore(None, int(self.cache_bytes * SHARE), "memory", self.root)
 
     def session_paths(self) -> tuple[list[str], int]:
         """Every session file the mount shows, and in how many project folders (a scan of
@@ -725,7 +734,6 @@ class Store:
 
     def forget(self, path: str) -> None:
         sf = self._files.get(path)
-        self.shelf.drop(path)
         if self.disk is not None:
             self.disk.drop(path)  # (a session gone leaves none of its text behind)
             self.disk.names.forget_head(path)  # (nor its name)
@@ -767,6 +775,15 @@ class Store:
             self._lru.move_to_end(sf.path)
             return True
 
+    def grew(self, path: str, more: int) -> None:
+        """Session ``path`` holds ``more`` bytes than it was counted for (renders it kept
+        between two steps: the next step that may drop sessions drops for them)."""
+        with self.lru_lock:
+            hit = self._lru.get(path)
+            if hit is not None:
+                self._lru[path] = (hit[0] + more, hit[1])
+                self._total += more
+
     def shrink(self, most: int, room: int = 0, idle: float | None = None) -> int:
         """Drop at most ``most`` sessions, least recently used first, until ``room`` bytes
         more fit under the cap, of those not used in the last ``idle`` seconds (default:
@@ -779,8 +796,8 @@ class Store:
         bytes more), not used for ``idle`` seconds, made ready to drop: what it will answer
         without its state is kept (``on_evict``), which takes a while. The loop then lets it
         go (:meth:`let_go`): a request on the loop that reads it is then not in the middle
-        of its answer. ``--warm`` drops one at a time so, as fast as the shelf packs them
-        (what a request drops at once is more than the shelf takes)."""
+        of its answer. ``--warm`` drops one at a time so, as fast as the store writes them
+        (what a request drops at once is more than its writer's queue takes)."""
         with self.lru_lock:
             now = time.monotonic()
             if self.held() <= self.cache_bytes - room:

@@ -140,8 +140,8 @@ class Record:
     parsed: int  # sessions parsed and held in memory
     parsed_bytes: int  # ... their size as session files
     cache_bytes: int  # the cap of that
-    shelved: int = 0  # dropped sessions whose files are kept compressed (``shelf``)
-    shelved_bytes: int = 0  # ... what they take (counted against the cap too)
+    kept: int = 0  # dropped sessions kept in memory (``--disk-cache off``: the store)
+    kept_bytes: int = 0  # ... what they take (counted against the cap too)
     disk_cache: str = ""  # the disk cache's folder ("": none)
     disk_entries: int = 0  # sessions it holds
     disk_bytes: int = 0  # ... what they take
@@ -201,7 +201,7 @@ class Writer:
         read_only: bool,
         cache_bytes: int,
         parsed: Callable[[], tuple[int, int]],
-        shelved: Callable[[], tuple[int, int]] = lambda: (0, 0),
+        kept: Callable[[], tuple[int, int]] = lambda: (0, 0),
         disk: Callable[[], tuple[str, int, int]] = lambda: ("", 0, 0),
         warm: Callable[[], str] = lambda: "",
         requests: Callable[[], tuple[int, int]] = lambda: (0, 0),
@@ -212,7 +212,7 @@ class Writer:
         here = mountpoint.top(mnt)
         pid = os.getpid()
         now = time.time()
-        self.parsed, self.shelved, self.disk, self.warm = parsed, shelved, disk, warm
+        self.parsed, self.kept, self.disk, self.warm = parsed, kept, disk, warm
         self.requests, self.shown, self.refused = requests, shown, refused
         self.record = Record(
             pid=pid,
@@ -239,7 +239,7 @@ class Writer:
         rec = self.record
         try:
             rec.parsed, rec.parsed_bytes = self.parsed()
-            rec.shelved, rec.shelved_bytes = self.shelved()
+            rec.kept, rec.kept_bytes = self.kept()
             rec.disk_cache, rec.disk_entries, rec.disk_bytes = self.disk()
             rec.warm_up = self.warm()
             rec.requests, rec.at_once = self.requests()
@@ -382,8 +382,8 @@ def as_json(e: Entry, now: float) -> dict[str, object]:
         "read_only": r.read_only if r else None,
         "parsed": r.parsed if r else None,
         "parsed_bytes": r.parsed_bytes if r else None,
-        "shelved": r.shelved if r else None,
-        "shelved_bytes": r.shelved_bytes if r else None,
+        "kept": r.kept if r else None,
+        "kept_bytes": r.kept_bytes if r else None,
         "cache_bytes": r.cache_bytes if r else None,
         "disk_cache": (r.disk_cache or None) if r else None,
         "disk_entries": r.disk_entries if r else None,
@@ -423,8 +423,13 @@ def as_text(e: Entry, now: float) -> str:
     rows.append(
         (
             "in memory",
-            f"{_count(r.parsed, 'session')} read ({_mib(r.parsed_bytes)} of session files; "
-            f"up to {_mib(r.cache_bytes)})",
+            f"{_count(r.parsed, 'session')} read ({_mib(r.parsed_bytes)} of session files"
+            + (
+                f", {_mib(r.kept_bytes)} kept of {_count(r.kept, 'dropped session')}"
+                if r.kept
+                else ""
+            )
+            + f"; up to {_mib(r.cache_bytes)})",
         )
     )
     disk = "off"

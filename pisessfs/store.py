@@ -37,7 +37,6 @@ import errno
 import hashlib
 import logging
 import os
-import queue
 import sqlite3
 import stat
 import sys
@@ -52,64 +51,26 @@ from typing import Any
 import msgspec
 import orjson
 
+from . import database
+from .database import CHUNK, CHUNKS, DB_NAME, PREFETCH, Ahead, Part, Writer
+from .database import connect as _connect
+from .database import delete as _delete
+from .database import key as _key
+from .database import path_of as _path
+from .database import transaction as _transaction
+from .database import write_chunks as _write_chunks
+
+__all__ = ["CHUNK", "CHUNKS", "DB_NAME", "PREFETCH", "DiskStore", "File", "Gone", "Part", "Stored"]
+
 log = logging.getLogger(__name__)
 
-DB_NAME = "pisessfs.sqlite"
-SCHEMA_VERSION = 2
-#: Bytes of a database page: a text's chunk is a few pages, read with a few system calls
-#: (SQLite's default of 4 KiB read a cold walk's texts 4 KiB at a time).
-PAGE_SIZE = 1 << 16
-#: Bytes of a text per row of ``chunks``: a read at any offset reads its chunk's pages only
-#: (one blob of a whole text is a chain of pages that SQLite walks from its start at every
-#: read: a big conversation.md read by 128 KiB took time in its square).
-CHUNK = 256 << 10
-MMAP_BYTES = 0x7FFF0000  # of the database mapped at most (SQLite's own limit)
-#: Chunks a text may have at most (``chunks.id`` is ``text * CHUNKS + n``): 256 GiB.
-CHUNKS = 1 << 20
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS entries (
-    path BLOB PRIMARY KEY,   -- the session file's path (UTF-8, surrogates passed)
-    scope BLOB NOT NULL,     -- the sessions root it is of (a folder may serve several)
-    mark TEXT NOT NULL,      -- the code and options that made it
-    ident TEXT NOT NULL,     -- the file's identity it was made from (JSON)
-    files TEXT NOT NULL,     -- kind -> [texts.id, size] (JSON); ANSWERS: what the mount
-                             -- answered of it (JSON, the view's own types)
-    bytes INTEGER NOT NULL,  -- what the entry takes (counted against the cap)
-    saved_ns INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS texts (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- (never reused: a reader names the text it read)
-    path BLOB NOT NULL,
-    size INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS texts_path ON texts(path);
-CREATE TABLE IF NOT EXISTS chunks (
-    id INTEGER PRIMARY KEY,  -- texts.id * CHUNKS + n: the n-th CHUNK bytes of the text
-    data BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS heads (
-    scope BLOB NOT NULL,
-    path BLOB NOT NULL,
-    mark TEXT NOT NULL,
-    row BLOB NOT NULL,       -- [identity, name, session id, cwd, hidden] (JSON)
-    PRIMARY KEY (scope, path)
-);
-"""
-#: Bytes of a listing's entries read ahead at most (a walk reads them next), and of each.
-PREFETCH = 1 << 20
-PREFETCH_LISTING = 64 << 20
 #: Uncompressed bytes waiting for the writer at most (more offered meanwhile: not saved).
 QUEUE_BYTES = 64 << 20
 #: The text of an entry that holds its answers (apart from the rows: a mount reads every
 #: row at its start, and a year of sessions' answers is tens of MB).
 ANSWERS = "answers"
-BUSY_MS = 5000  # another mount sharing the folder writes: wait for it this long
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 
-#: One part of a file offered: its offset, its bytes (or what makes them, in the writer's
-#: thread: a big session's groups of conversation.md that no one holds), and whether they
-#: are zlib-compressed.
-Part = tuple[int, bytes | Callable[[], bytes], bool]
 #: A file offered: its parts and its size.
 File = tuple[list[Part], int]
 #: Where a file kept is: its text's id and its size.
@@ -126,15 +87,6 @@ def text_in(s: object) -> str:
     if type(s) is not str:
         raise ValueError("not a string")
     return s if s.isascii() else s.encode("latin-1").decode("utf-8", "surrogatepass")
-
-
-def _key(path: str) -> bytes:
-    """A path as the database keys it (any ``str``: surrogates pass)."""
-    return path.encode("utf-8", "surrogatepass")
-
-
-def _path(key: bytes) -> str:
-    return bytes(key).decode("utf-8", "surrogatepass")
 
 
 def default_folder() -> str:
@@ -201,6 +153,10 @@ class _Save:
     raw: int  # what it holds, as counted against QUEUE_BYTES
     saved: Callable[[Stored], None] | None
 
+    @property
+    def what(self) -> str:
+        return self.path
+
 
 @dataclass(frozen=True, slots=True)
 class _Do:
@@ -215,22 +171,6 @@ class Gone(OSError):
 
     def __init__(self) -> None:
         super().__init__(errno.ESTALE, "its disk cache entry changed")
-
-
-def _connect(path: str, readonly: bool = False) -> sqlite3.Connection:
-    # (a path, not a URI: a folder name may hold "?" or "#")
-    db = sqlite3.connect(
-        path, isolation_level=None, check_same_thread=False, timeout=BUSY_MS / 1000
-    )
-    db.execute(f"PRAGMA busy_timeout={BUSY_MS}")
-    # Pages read through a mapping, not copied in 64 KiB reads one by one: a later mount's
-    # cold walk took 13% (grep -r) to 20% (rg) longer without. Nothing truncates the file
-    # while it is mapped (no VACUUM or auto_vacuum; a damaged one is unlinked, not cut),
-    # which would be a SIGBUS.
-    db.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
-    if readonly:
-        db.execute("PRAGMA query_only=ON")
-    return db
 
 
 class _Names:
@@ -312,130 +252,60 @@ class _Names:
         return len(lost)
 
 
-class _Writer:
-    """The thread that writes the database, with its own connection: jobs one at a time,
-    in the order they were put."""
+class _Sizes:
+    """The entries there are: each one's bytes by path, and their sum (asked at every drop
+    of a parsed session when the store is in memory: its bytes count against that cap)."""
 
-    def __init__(self, path: str, run: Callable[[sqlite3.Connection, _Save | _Do], None]) -> None:
-        self.path, self.run = path, run
-        self._todo: queue.Queue[_Save | _Do | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+    def __init__(self, sizes: dict[str, int] | None = None) -> None:
+        self._of = sizes or {}
+        self.total = sum(self._of.values())
 
-    def put(self, item: _Save | _Do) -> None:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._write_all, name="disk", daemon=True)
-                self._thread.start()
-        self._todo.put(item)
+    def __contains__(self, path: str) -> bool:
+        return path in self._of
 
-    def settle(self, timeout: float | None = None) -> bool:
-        """Wait until every job put is done; False when that took more than ``timeout``."""
-        if timeout is None:
-            self._todo.join()
-            return True
-        end = time.monotonic() + timeout
-        while self._todo.unfinished_tasks and time.monotonic() < end:
-            time.sleep(0.01)
-        return not self._todo.unfinished_tasks
+    def __len__(self) -> int:
+        return len(self._of)
 
-    def stop(self, timeout: float | None = None) -> bool:
-        """Do the jobs put, then end; False when it was not done after ``timeout``."""
-        if self._thread is None:
-            return True
-        self._todo.put(None)
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            return False
-        self._thread = None
-        return True
+    def set(self, path: str, size: int) -> None:
+        self.total += size - self._of.get(path, 0)
+        self._of[path] = size
 
-    def _write_all(self) -> None:
-        db = _connect(self.path)
-        try:
-            while True:
-                item = self._todo.get()
-                try:
-                    if item is None:
-                        return
-                    self.run(db, item)
-                except Exception as err:  # a full disk, a bug: this one is not written
-                    what = item.path if isinstance(item, _Save) else item.what if item else ""
-                    log.warning("disk cache: %s not saved: %s", what, err)
-                finally:
-                    self._todo.task_done()
-        finally:
-            with contextlib.suppress(sqlite3.Error):  # (the next mount reads one file)
-                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            db.close()
-
-
-class _Ahead:
-    """The first :data:`PREFETCH` bytes of the texts of listed sessions read ahead, in a
-    thread of its own with its own connection (it may still run at unmount), so that a cold
-    walk does not wait for the disk at each session."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._todo: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def put(self, paths: list[str]) -> None:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="disk-ahead", daemon=True)
-                self._thread.start()
-        self._todo.put(paths)
-
-    def _run(self) -> None:
-        db = _connect(self.path, readonly=True)
-        while True:
-            paths = self._todo.get()
-            with contextlib.suppress(Exception):  # (a hint: nothing depends on it)
-                self._read(db, paths)
-
-    @staticmethod
-    def _read(db: sqlite3.Connection, paths: list[str]) -> None:
-        budget = PREFETCH_LISTING
-        for path in paths:
-            for (text,) in db.execute(
-                "SELECT id FROM texts WHERE path = ?", (_key(path),)
-            ).fetchall():
-                first = text * CHUNKS
-                last = first + (PREFETCH - 1) // CHUNK
-                # (the bytes themselves, read by SQLite without the GIL: length() alone
-                # reads no page of a blob)
-                (got,) = db.execute(
-                    "SELECT sum(length(substr(data, 1, 1)) * length(data)) FROM chunks"
-                    " WHERE id BETWEEN ? AND ?",
-                    (first, last),
-                ).fetchone()
-                budget -= got or 0
-                if budget < 0:
-                    return
+    def pop(self, path: str) -> int | None:
+        size = self._of.pop(path, None)
+        if size is not None:
+            self.total -= size
+        return size
 
 
 class DiskStore:
-    """Entries by session file path, in one database; at most ``cap`` bytes, oldest out."""
+    """Entries by session file path, in one database; at most ``cap`` bytes, oldest out.
 
-    def __init__(self, folder: str, cap: int, mark: str, scope: str) -> None:
+    With no folder (``--disk-cache off``, or a folder that may not be used), the database is
+    in memory and lives as long as the mount: then it keeps what the parse cache drops for
+    this mount alone, within the share of the cache's cap it is given."""
+
+    def __init__(self, folder: str | None, cap: int, mark: str, scope: str) -> None:
         """``mark``: what made the entries (:func:`code_mark` and the mount's options that
         change what it shows); ``scope``: the sessions root (its entries only are pruned)."""
-        self.folder, self.cap, self.mark, self.scope = folder, cap, mark, scope
-        self.path = os.path.join(folder, DB_NAME)
+        self.folder, self.cap, self.mark, self.scope = folder or "", cap, mark, scope
+        self.memory = folder is None
+        self.path = ":memory:" if folder is None else os.path.join(folder, DB_NAME)
         self._db: sqlite3.Connection | None = None  # the readers' connection
-        self._read = threading.Lock()  # (one statement at a time on it)
-        self._sizes: dict[str, int] = {}  # path -> its entry's bytes (the entries there are)
+        self._read = threading.RLock()  # (one statement at a time on it)
+        self._last: tuple[int, bytes] = (-1, b"")  # (``_unpacked``: under ``_read``)
+        self._sizes = _Sizes()  # the entries there are
         self._lock = threading.Lock()
-        self._writer = _Writer(self.path, self._do)
+        if folder is None:
+            self._writer = Writer(self._shared, self._do, own=False)
+        else:
+            self._writer = Writer(lambda: _connect(self.path), self._do)
         # Saves and drops per path: a queued save is made only if it is still the last
         # thing asked of its entry (a session trashed after it was saved stays gone).
         self._asked: dict[str, int] = {}
         self._waiting = 0  # bytes of saves queued (``QUEUE_BYTES``)
         self.saved = 0  # entries written by this mount (status, tests)
         self.names = _Names(scope, mark, self._queue)  # the sessions' folder names
-        self._ahead = _Ahead(self.path)
+        self._ahead = Ahead(self.path)
         self.used = 0  # entries that answered for a session
 
     # -- the database -----------------------------------------------------------------------
@@ -443,10 +313,13 @@ class DiskStore:
     def open(self) -> bool:
         """Make (or check) the folder and the database and learn its entries. False (and a
         warning) when it cannot be used: then nothing is read or written."""
+        if self.memory:
+            self._db = database.in_memory(self._read)
+            return True
         why = _folder(self.folder)
         if not why:
             try:
-                self._db = self._opened()
+                self._db = database.opened(self.path)
             except (OSError, sqlite3.Error) as err:
                 why = f"{self.path}: {err}"
         if why:
@@ -456,45 +329,9 @@ class DiskStore:
         self._trim_now()
         return True
 
-    def _opened(self) -> sqlite3.Connection:
-        """The database, made (mode 600, not through a link) when missing; one that is not
-        a database of this code's schema is made anew."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                raise OSError(errno.EPERM, "not a file of yours")
-            if stat.S_IMODE(st.st_mode) & 0o077:
-                os.fchmod(fd, 0o600)  # (its -wal and -shm take its mode)
-        finally:
-            os.close(fd)
-        try:
-            return self._schema()
-        except sqlite3.DatabaseError as err:  # damaged, or another schema: start again
-            log.warning("disk cache: %s is unreadable (%s): made anew", self.path, err)
-            for suffix in ("", "-wal", "-shm"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.path + suffix)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            os.close(fd)
-            return self._schema()
-
-    def _schema(self) -> sqlite3.Connection:
-        db = _connect(self.path)
-        try:
-            db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # (a new database's: before WAL)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")  # (a cache: a lost last save is no loss)
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
-                raise sqlite3.DatabaseError(f"schema {version}, not {SCHEMA_VERSION}")
-            db.executescript(SCHEMA)
-            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            db.execute("SELECT count(*) FROM entries").fetchone()
-        except BaseException:
-            db.close()
-            raise
-        return db
+    def _shared(self) -> sqlite3.Connection:
+        assert self._db is not None, "the store is not open"
+        return self._db
 
     def _load(self) -> None:
         """The entries there are and this root's kept session names (another code's are
@@ -502,7 +339,7 @@ class DiskStore:
         with self._reading() as db:
             sizes = db.execute("SELECT path, bytes FROM entries").fetchall()
             self.names.load(db)
-        self._sizes = {_path(p): n for p, n in sizes}
+        self._sizes = _Sizes({_path(p): n for p, n in sizes})
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
@@ -517,7 +354,12 @@ class DiskStore:
     def total_bytes(self) -> int:
         """What the entries and the kept session names take."""
         with self._lock:
-            return sum(self._sizes.values()) + self.names.bytes
+            return self._sizes.total + self.names.bytes
+
+    @property
+    def name(self) -> str:
+        """What the log calls it."""
+        return "store in memory" if self.memory else "disk cache"
 
     @property
     def on(self) -> bool:
@@ -596,9 +438,12 @@ class DiskStore:
             with self._reading() as db:
                 while size > 0:
                     n, at = divmod(off, CHUNK)
-                    with db.blobopen("chunks", "data", text * CHUNKS + n, readonly=True) as b:
-                        b.seek(min(at, len(b)))
-                        got = b.read(min(size, CHUNK - at))
+                    if self.memory:
+                        got = self._unpacked(db, text * CHUNKS + n)[at : at + size]
+                    else:
+                        with db.blobopen("chunks", "data", text * CHUNKS + n, readonly=True) as b:
+                            b.seek(min(at, len(b)))
+                            got = b.read(min(size, CHUNK - at))
                     if not got:
                         break
                     out.append(got)
@@ -606,6 +451,16 @@ class DiskStore:
         except sqlite3.Error as err:
             raise Gone() from err
         return b"".join(out)
+
+    def _unpacked(self, db: sqlite3.Connection, chunk: int) -> bytes:
+        """A chunk of a store in memory, whose chunks are compressed (the last one kept: a
+        file is read in order, a chunk in two reads or more)."""
+        if self._last[0] != chunk:
+            row = db.execute("SELECT data FROM chunks WHERE id = ?", (chunk,)).fetchone()
+            if row is None:
+                raise Gone()
+            self._last = (chunk, zlib.decompress(row[0]))
+        return self._last[1]
 
     def reader(self, stored: Stored, kind: str, size: int) -> int | None:
         """The text of file ``kind`` of an entry, when it holds ``size`` bytes of it."""
@@ -637,18 +492,19 @@ class DiskStore:
         """Entries of ``paths`` never answer again, nor do saves of them still queued;
         those there were."""
         with self._lock:
+            self._last = (-1, b"")  # (a text of theirs read last is not read again)
             for path in paths:
                 self._asked[path] = self._asked.get(path, 0) + 1
-            return [path for path in paths if self._sizes.pop(path, None) is not None]
+            return [path for path in paths if self._sizes.pop(path) is not None]
 
     def _forget(self, path: str) -> None:
         with self._lock:
-            self._sizes.pop(path, None)
+            self._sizes.pop(path)
 
     def prefetch(self, paths: list[str]) -> None:
-        """Read the entries of ``paths`` ahead (``_Ahead``): their folder is being listed,
+        """Read the entries of ``paths`` ahead (``Ahead``): their folder is being listed,
         and a walk reads them next."""
-        if self.on:
+        if self.on and not self.memory:
             self._ahead.put([p for p in paths if p in self._sizes])
 
     # -- writing ----------------------------------------------------------------------------
@@ -665,7 +521,7 @@ class DiskStore:
         with :func:`text_out`) and each file's ``(parts, size)``; ``saved`` is told where
         it is, once it is there (from the writer's thread). False when there is no room for
         it now (the writer is behind) or no cache."""
-        if not self.on:
+        if not self.on or self.cap <= 0:  # (--cache-mb 0: nothing is kept in memory)
             return False
         raw = sum(size for _, size in files.values())  # (what the writer holds, at most)
         try:
@@ -713,7 +569,7 @@ class DiskStore:
             where, total = self._written(db, job)
         except _Void:
             return None  # dropped, or saved again, since it was asked for
-        log.debug("disk cache: %s saved (%d bytes)", job.path, total)
+        log.debug("%s: %s saved (%d bytes)", self.name, job.path, total)
         where.pop(ANSWERS, None)
         return Stored(msgspec.Raw(b""), where)
 
@@ -725,15 +581,17 @@ class DiskStore:
         key = _key(job.path)
         with _transaction(db):
             _delete(db, [job.path])
+            self._last = (-1, b"")  # (a text it had, read last, is not read again)
             where: dict[str, tuple[int, int]] = {}
+            stored = 0
             for kind, (parts, size) in job.files.items():
                 cur = db.execute("INSERT INTO texts(path, size) VALUES (?, ?)", (key, size))
                 text = cur.lastrowid
                 assert text is not None
-                _write_chunks(db, text, parts, size)
+                stored += _write_chunks(db, text, parts, size, pack=self.memory)
                 where[kind] = (text, size)
             scope, mark, ident = job.row
-            total = sum(n for _, n in where.values())
+            total = stored
             db.execute(
                 "INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (key, scope, mark, ident, orjson.dumps(where).decode(), total, time.time_ns()),
@@ -741,13 +599,13 @@ class DiskStore:
             with self._lock:  # (a drop takes the lock too: it comes before, or after, this)
                 if self._asked.get(job.path) != job.asked:
                     raise _Void()
-                self._sizes[job.path] = total
+                self._sizes.set(job.path, total)
         return where, total
 
     def _trim(self, db: sqlite3.Connection) -> None:
         """Remove the oldest entries until all fit under the cap."""
         with self._lock:
-            total = sum(self._sizes.values()) + self.names.bytes
+            total = self._sizes.total + self.names.bytes
         if total <= self.cap:
             return
         aged = db.execute("SELECT path, bytes FROM entries ORDER BY saved_ns").fetchall()
@@ -764,7 +622,7 @@ class DiskStore:
     def _trim_now(self) -> None:
         """At open: the cap may be lower than the last mount's."""
         with self._lock:
-            over = sum(self._sizes.values()) + self.names.bytes > self.cap
+            over = self._sizes.total + self.names.bytes > self.cap
         if over:
             self._queue(_Do(self._trim, "trim"))
 
@@ -790,53 +648,3 @@ class DiskStore:
 
 class _Void(Exception):
     """A save that was dropped meanwhile: its transaction is rolled back."""
-
-
-@contextlib.contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[None]:
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
-
-
-def _write_chunks(db: sqlite3.Connection, text: int, parts: list[Part], size: int) -> None:
-    """Text ``text``'s bytes, from its parts in order (each made or unpacked as it comes:
-    no more than a part and a chunk in memory), as rows of ``chunks``."""
-    chunk = bytearray()
-    n = 0
-
-    def put(last: bool = False) -> None:
-        nonlocal n
-        while len(chunk) >= CHUNK or (last and chunk):
-            db.execute(
-                "INSERT INTO chunks VALUES (?, ?)", (text * CHUNKS + n, bytes(chunk[:CHUNK]))
-            )
-            del chunk[:CHUNK]
-            n += 1
-
-    at = 0
-    for off, part, packed in sorted(parts, key=lambda p: p[0]):
-        data = part() if callable(part) else part
-        data = zlib.decompress(data) if packed else data
-        if off != at:
-            raise ValueError(f"the parts leave a hole at byte {at}")
-        chunk += data
-        at += len(data)
-        put()
-    if at != size:
-        raise ValueError(f"{at} bytes, not {size}")
-    put(last=True)
-
-
-def _delete(db: sqlite3.Connection, paths: list[str]) -> None:
-    keys = [(_key(p),) for p in paths]
-    for key in keys:
-        for (text,) in db.execute("SELECT id FROM texts WHERE path = ?", key).fetchall():
-            first = text * CHUNKS
-            db.execute("DELETE FROM chunks WHERE id BETWEEN ? AND ?", (first, first + CHUNKS - 1))
-    db.executemany("DELETE FROM texts WHERE path = ?", keys)
-    db.executemany("DELETE FROM entries WHERE path = ?", keys)

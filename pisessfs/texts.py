@@ -1,5 +1,6 @@
 """What a parsed session shows, entry by entry: the names of its folders and files, each
-entry's message file and images (kept in a byte-capped LRU), the one-file views of a branch
+entry's message file and images (kept with the parsed session, ``Derived.renders_kept``,
+which the parse cache counts), the one-file views of a branch
 (``nodes/<id>.md``) and the pieces ``conversation.md`` is made of.
 
 Everything here is a function of the parsed session (``sessions.Loaded``) and the entry: an
@@ -13,15 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import re
-import threading
-from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from . import onefile, render
 from .errors import NotFound
 from .inodes import Key
 from .kind import Kind
-from .loaded import INLINE_BYTES, Loaded, Work
+from .loaded import INLINE_BYTES, Loaded, Rendered, Work
 from .model import Entry
 from .names import id_name, name_id
 
@@ -30,24 +30,18 @@ _NUMBER = re.compile(r"([0-9]{4,})-")  # ASCII only: int() would take any script
 CALL_SEARCH = 256  # entries looked at above a tool result for its call (results of one
 # assistant message follow each other; a hostile file gets no further)
 
-Rendered = tuple[bytes, list[tuple[str, bytes]]]  # a message file's text and its images
-
 
 class Texts:
     """Names and texts of parsed sessions' entries, with the cache of message files."""
 
-    def __init__(self, cache_bytes: int = 64 << 20) -> None:
-        self._cache: OrderedDict[Key, Rendered] = OrderedDict()
-        self._cache_bytes = 0
-        self._cache_cap = cache_bytes
-        self._cache_lock = threading.Lock()  # render threads keep renders while the loop reads
-        # The index each session's renders were made with (epoch, rebuilds): a rebuilt index
-        # may give an id another line (a later one took it) or an entry another number.
-        self._cache_index: dict[str, tuple[int, int]] = {}
+    def __init__(self, counted: Callable[[str, int], None] = lambda path, grew: None) -> None:
+        """``counted(path, grew)``: session ``path`` holds ``grew`` bytes more of renders
+        (the parse cache counts them against its cap)."""
+        self._counted = counted
 
     def has_branch(self, s: Loaded, eid: str) -> bool:
         """Whether ``nodes/<eid>.md`` of ``s`` is made and kept."""
-        return Key(Kind.BRANCH, s.path, s.epoch, eid) in self._cache
+        return Key(Kind.BRANCH, s.path, s.epoch, eid) in s.memo.renders_kept
 
     def entry(self, s: Loaded, eid: str) -> Entry:
         e = s.index.by_id.get(eid)
@@ -123,32 +117,16 @@ class Texts:
         return render.file_name(num, render.number_width(num), e.kind)
 
     def _keep(self, key: Key, done: Rendered, s: Loaded) -> Rendered:
-        with self._cache_lock:
-            if self._cache_index.get(s.path) != (s.epoch, s.rebuilds):
-                return done  # (made with an index built again meanwhile: not kept)
-            old = self._cache.pop(key, None)  # (a render made twice: counted once)
-            if old is not None:
-                self._cache_bytes -= _weight(old)
-            self._cache[key] = done
-            self._cache_bytes += _weight(done)
-            while self._cache_bytes > self._cache_cap and len(self._cache) > 1:
-                _, old = self._cache.popitem(last=False)
-                self._cache_bytes -= _weight(old)
+        """Keep a render with its session (an index built again meanwhile has renders of
+        its own: this one, of the old index, goes with the old ones)."""
+        grew = s.memo.renders_kept.put(key, done)
+        if grew:
+            self._counted(s.path, grew)
         return done
 
     def _cached(self, key: Key, s: Loaded) -> Rendered | None:
-        """A render kept, made the most recently used (none of ``s``'s, when its index was
-        built again since they were made: they were of the old one)."""
-        with self._cache_lock:
-            made_with = (s.epoch, s.rebuilds)
-            if self._cache_index.get(s.path, made_with) != made_with:
-                for old in [k for k in self._cache if k.path == s.path]:
-                    self._cache_bytes -= _weight(self._cache.pop(old))
-            self._cache_index[s.path] = made_with
-            hit = self._cache.get(key)
-            if hit is not None:
-                self._cache.move_to_end(key)
-            return hit
+        """A render kept, made the most recently used."""
+        return s.memo.renders_kept.get(key)
 
     def piece(
         self, s: Loaded, e: Entry, d: dict[str, Any] | None = None, keep: bool = True
@@ -315,7 +293,3 @@ class Texts:
         if listed is None:
             listed = s.memo.listed = s.index.listed_leaves()
         return listed
-
-
-def _weight(r: Rendered) -> int:
-    return len(r[0]) + sum(len(data) for _, data in r[1])

@@ -92,7 +92,7 @@ log = logging.getLogger(__name__)
 class View:
     """The mount's namespace over a :class:`Store`."""
 
-    def __init__(self, store: Store, render_cache_bytes: int = 64 << 20) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
         nodes: dict[int, Node] = {}  # scratch inode -> node: named while they live
         self.inodes = Inodes(lasting=nodes)
@@ -106,7 +106,7 @@ class View:
         self.hold, self.forget = self.inodes.hold, self.inodes.forget
         self.pinned, self.named = self.inodes.pinned, self.inodes.named
         self.known_of = self.inodes.known_of
-        self.texts = Texts(render_cache_bytes)
+        self.texts = Texts(store.grew)
         self.wholes = Wholes(self.texts, self.changes.resized)
         self.disk: DiskStore | None = None  # the same, and their files, across mounts
         self.carry = Carry(self, self.keeping)

@@ -43,7 +43,7 @@ class WarmUp:
         request came for :data:`WARM_QUIET`.
 
         Listing a session folder renders its files off the loop, and a session the cache
-        drops later leaves its answers and its files (``Keeping.later``, the shelf): the first
+        drops later leaves its answers and its files (``Keeping.later``, the store): the first
         walk is then answered like a repeated one. Without the disk cache it stops when the
         cache is full (``Store.warm_room``). With it, it indexes every session instead: a
         session the cache holds as its file is now is skipped, every other one is rendered,
@@ -57,12 +57,13 @@ class WarmUp:
         try:
             order = await self._warm_order()
             for at, key in enumerate(order):
-                in_cache = f", {had} were in the disk cache" if cache is not None else ""
+                on_disk = cache is not None and cache.on and not cache.memory
+                in_cache = f", {had} were in the disk cache" if on_disk else ""
                 self.state = f"at {at} of {len(order)} sessions ({done} rendered{in_cache})"
-                while time.monotonic() - Asked.last < WARM_QUIET or store.shelf.busy():
-                    # (the shelf refuses what comes faster than it packs: those would be lost)
-                    await trio.sleep(0.01 if store.shelf.busy() else WARM_QUIET)
-                indexing = cache is not None and cache.on  # (a cache folder gone: as without)
+                while time.monotonic() - Asked.last < WARM_QUIET or self._writing():
+                    # (the store refuses what comes faster than it writes: those would be lost)
+                    await trio.sleep(0.01 if self._writing() else WARM_QUIET)
+                indexing = on_disk  # (a cache folder gone: as without)
                 if not indexing and not store.warm_room():
                     self.state = f"the cache is full after {done} sessions"
                     log.info("warm-up: %s", self.state)
@@ -106,7 +107,7 @@ class WarmUp:
     async def _make_room(self, path: str) -> None:
         """Drop sessions the warm-up parsed until session ``path`` fits under the cap (about
         twice its file's size, with its renders): left to the request that parses it, a big
-        session dropped hundreds at once, more than the shelf takes. Any not used for
+        session dropped hundreds at once, more than the store's writer takes. Any not used for
         :data:`WARM_QUIET` may go: no request came meanwhile."""
         store = self.view.store
         try:
@@ -117,7 +118,7 @@ class WarmUp:
 
     async def _drop_paced(self, room: int, idle: float) -> None:
         """Drop sessions not used for ``idle`` seconds until ``room`` bytes fit under the
-        cap, one at a time, each once the shelf packed the one before (it refuses what
+        cap, one at a time, each once the store wrote the one before (it refuses what
         comes faster: those were parsed again by the next walk).
 
         A session dropped makes its kept answers on the way out, in a thread: one drop after
@@ -128,8 +129,13 @@ class WarmUp:
         store = self.view.store
         while (leaving := await trio.to_thread.run_sync(store.leave, room, idle)) is not None:
             store.let_go(leaving)  # (one used meanwhile stays: the next is not used as late)
-            while store.shelf.busy():
+            while self._writing():
                 await trio.sleep(0.01)
+
+    def _writing(self) -> bool:
+        """Whether the store still writes what was dropped before."""
+        cache = self.view.disk
+        return cache is not None and cache.busy()
 
     async def _list_below(self, ino: int) -> None:
         """List folder ``ino`` and every folder below it, not following links, as ``grep -r``

@@ -94,7 +94,7 @@ class Wholes:
                     self._render(frozen, kind)
                     rendered = True
                 finally:
-                    with sf.lock:  # kept in the same step: a drop then shelves the render
+                    with sf.lock:  # kept in the same step: a drop then stores the render
                         sf.working -= 1
                         if rendered:
                             s.adopt(frozen)

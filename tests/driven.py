@@ -22,8 +22,8 @@ from pisessfs.view import View
 class Driven:
     """A :class:`View` whose answers are the mount's (everything else is the view's own)."""
 
-    def __init__(self, store: Store | View, render_cache_bytes: int = 64 << 20) -> None:
-        self.view = store if isinstance(store, View) else View(store, render_cache_bytes)
+    def __init__(self, store: Store | View) -> None:
+        self.view = store if isinstance(store, View) else View(store)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.view, name)

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from pisessfs import inodes as inodes_module
-from pisessfs import onefile, render
+from pisessfs import onefile, render, sessions
 from pisessfs.jsonl import Parser
 from pisessfs.kind import Kind
 from pisessfs.sessions import Store, Unreadable
@@ -548,11 +548,13 @@ def test_each_line_is_decoded_once_for_all_whole_session_files(
 
 
 @pytest.mark.warns  # the broken line of the big session, and the damaged fixtures' problems
-def test_a_dropped_sessions_files_are_read_from_the_shelf_without_a_parse(tmp_path: Path) -> None:
-    """A session the parse cache drops leaves conversation.md, tree.txt and session.json
-    compressed on the shelf, within the cap: a read the kernel's page cache cannot answer
-    (a ``Later`` handle of kept answers) gets the same bytes without parsing it again; a
-    changed file gets none of them."""
+def test_a_dropped_sessions_files_are_read_from_the_store_in_memory_without_a_parse(
+    tmp_path: Path,
+) -> None:
+    """Without a disk cache, a session the parse cache drops leaves conversation.md,
+    tree.txt and session.json in the store in memory, within its share of the cap: a read
+    the kernel's page cache cannot answer (a ``Later`` handle of kept answers) gets the same
+    bytes without parsing it again; a changed file gets none of them."""
     from tests.conftest import fixture_files
 
     folder = tmp_path / "--home-x--"
@@ -562,9 +564,12 @@ def test_a_dropped_sessions_files_are_read_from_the_shelf_without_a_parse(tmp_pa
         (folder / f"chain{k}.jsonl").write_bytes(big_chain(300 + k, 1200))
     for f in fixture_files():
         (folder / f.name).write_bytes(f.read_bytes())
-    cap = 3 << 20  # a session or two parsed: each walked one drops the one before
+    cap = 8 << 20  # a few sessions parsed: each walked one drops an older one
     store = Store(str(tmp_path), cache_bytes=cap, min_idle=0)
+    kept = store.in_memory_store()
+    assert kept.open() and kept.memory and kept.cap == cap * sessions.SHARE
     v = Driven(store)
+    v.view.disk = store.disk = kept
     proj = v.lookup(1, "home-x").ino
     whole: dict[int, bytes] = {}
     for name, a in v.children(proj):
@@ -573,7 +578,7 @@ def test_a_dropped_sessions_files_are_read_from_the_shelf_without_a_parse(tmp_pa
         listing = dict(v.children(a.ino))  # renders the three; kept answers hold their sizes
         for n in ("conversation.md", "tree.txt", "session.json"):
             whole[listing[n].ino] = v.content(listing[n].ino)
-        store.shelf.settle()  # (what the dropped sessions left is counted from now on:)
+        kept.settle()  # (what the dropped sessions left is counted from now on:)
         touched = store.known(v.key(a.ino).path)
         assert touched is not None
         store.touch(touched)  # at the next request, the cap holds again
@@ -582,20 +587,20 @@ def test_a_dropped_sessions_files_are_read_from_the_shelf_without_a_parse(tmp_pa
     assert len(paths) == len(fixture_files()) + 5
     parsed = set(store.loaded_paths())
     dropped = paths - parsed
-    assert len(dropped) >= 4 and len(store.shelf) == len(dropped)  # (the chains at least)
-    assert 0 < store.shelf.bytes < sum(map(len, whole.values())) / 3  # compressed
+    assert len(dropped) >= 4 and all(kept.has(p) for p in dropped)  # (the chains at least)
+    assert 0 < kept.total_bytes() <= kept.cap
     for ino, data in whole.items():
         later = v.keeping.later(ino)
         assert later is not None and later.size == len(data)
         if v.key(ino).path in dropped:
-            assert v.keeping.unshelve(later)
+            assert v.keeping.from_store(later)
         else:  # parsed (and unchanged: it answers from its kept answers too)
-            assert not v.keeping.unshelve(later)
+            assert not v.keeping.from_store(later)
             v.keeping.fill(later)  # read from its session
         assert later.read(0, len(data) + 1) == data
         assert later.read(len(data) // 3, 70_000) == data[len(data) // 3 :][:70_000]
     assert set(store.loaded_paths()) == parsed  # none parsed again
-    # a file that changed: its shelved files are not its own any more
+    # a file that changed: its stored files are not its own any more
     big = next(p for p in sorted(dropped) if "/chain" in p or p.endswith("/big.jsonl"))
     ino = next(i for i in whole if v.key(i).path == big and v.key(i).kind == "conv")
     later = v.keeping.later(ino)
@@ -603,25 +608,8 @@ def test_a_dropped_sessions_files_are_read_from_the_shelf_without_a_parse(tmp_pa
     with open(big, "ab") as out:
         out.write(line(user("ffffffff", "00000001", "one more", 5)))
     v.changes.session(big)  # what the watcher calls
-    assert store.shelf.get(big, later.ident, "conv") is None and not v.keeping.unshelve(later)
-
-
-def test_the_shelf_keeps_to_its_share_of_the_cap(tmp_path: Path) -> None:
-    """The shelf holds at most its share of the cap, the least recently used dropped."""
-    from pisessfs.sessions import Identity
-    from pisessfs.shelf import Shelf
-
-    shelf = Shelf(200_000)
-    rng = random.Random(3)
-    ident = Identity(1, 2, 3, 4, 5, 6, 7)
-    for i in range(20):
-        noise = bytes(rng.randrange(256) for _ in range(30_000))  # incompressible
-        assert shelf.offer(f"s{i}", ident, "conv", [(0, noise, False)], len(noise))
-    shelf.settle()
-    assert 150_000 < shelf.bytes <= 200_000 and len(shelf) < 20
-    assert shelf.get("s19", ident, "conv") is not None and shelf.get("s0", ident, "conv") is None
-    assert shelf.get("s19", Identity(1, 2, 3, 4, 5, 6, 8), "conv") is None  # another file
-    assert not Shelf(0).offer("s", ident, "conv", [(0, b"x", False)], 1)  # --cache-mb 0
+    assert not kept.has(big) and not v.keeping.from_store(later)
+    kept.close()
 
 
 @pytest.mark.warns  # (the damaged sessions' problems)

@@ -548,8 +548,7 @@ def test_an_entry_saved_again_is_never_read_at_the_old_offsets(tmp_path: Path) -
     store.session(str(path)).evict()
     c.settle()
     assert c.saved == 1
-    store.shelf.drop(str(path))  # (the shelf let it go)
-    if not v.keeping.unshelve(later):
+    if not v.keeping.from_store(later):
         v.ready(later.ino)
         v.keeping.fill(later)
     assert later.read(0, later.size) == real
@@ -671,7 +670,7 @@ def test_a_big_conversation_no_one_holds_whole_is_saved_whole(
     store, v, c = _view_on(root, tmp_path / "cache")
     _, names = _listing(v, path)
     later = v.keeping.later(names["conversation.md"].ino)
-    assert later is not None and v.keeping.unshelve(later)  # from the entry, not parsed
+    assert later is not None and v.keeping.from_store(later)  # from the entry, not parsed
     assert later.read(0, later.size) == real
     assert store.session(str(path)).loaded is None
     later.close()
@@ -769,9 +768,9 @@ def test_the_save_at_unmount_gives_up_after_its_time(tmp_path: Path) -> None:
 
 
 def test_a_session_dropped_in_this_mount_is_read_from_its_new_entry(tmp_path: Path) -> None:
-    """A session the parse cache dropped, whose files the shelf let go too: a read the
-    kernel's page cache cannot answer (this VM's reclaim drops pages within seconds) is
-    read from the entry the drop saved, not parsed again."""
+    """A session the parse cache dropped: a read the kernel's page cache cannot answer
+    (this VM's reclaim drops pages within seconds) is read from the entry the drop saved,
+    not parsed again."""
     root, path = _one_session(tmp_path)
     store, v, c = _view_on(root, tmp_path / "cache")
     _, names = _listing(v, path)
@@ -779,10 +778,9 @@ def test_a_session_dropped_in_this_mount_is_read_from_its_new_entry(tmp_path: Pa
     store.session(str(path)).evict()
     assert store.session(str(path)).loaded is None
     c.settle()
-    store.shelf.drop(str(path))
     for name, data in real.items():
         later = v.keeping.later(names[name].ino)
-        assert later is not None and v.keeping.unshelve(later), name
+        assert later is not None and v.keeping.from_store(later), name
         assert later.read(0, later.size) == data
         later.close()
     assert store.session(str(path)).loaded is None  # (not parsed)

@@ -116,7 +116,7 @@ def test_status_lists_two_mounts_with_their_fields(
         assert ea["log"] == str(cli.default_log(str(a))) and eb["log"] == str(b_log)
         assert (ea["read_only"], eb["read_only"]) == (False, True)
         assert ea["parsed"] >= 1 and ea["parsed_bytes"] > 0 and eb["parsed"] == 0
-        assert ea["shelved"] == eb["shelved"] == 0 and ea["shelved_bytes"] == 0  # none dropped
+        assert ea["kept"] == eb["kept"] == 0 and ea["kept_bytes"] == 0  # none dropped
         assert ea["fresh"] and eb["fresh"]  # both answered the request for fresh numbers
         assert ea["disk_cache"] == eb["disk_cache"] == f"{os.environ['XDG_CACHE_HOME']}/pisessfs"
         assert ea["disk_entries"] == 0 and ea["disk_bytes"] == 0  # (saved at unmount)

@@ -22,7 +22,6 @@ import pytest
 
 from pisessfs import heads, sessions
 from pisessfs import inodes as inodes_module
-from pisessfs import texts as texts_module
 from pisessfs.errors import Busy, settled
 from pisessfs.kept import Kept
 from pisessfs.kind import Kind
@@ -216,13 +215,19 @@ def test_a_session_file_deleted_while_a_thread_parses_it_leaves_nothing_parsed(
     assert store.held() == 0 and store.loaded_paths() == []
 
 
-def test_a_render_that_ends_as_its_session_is_dropped_is_shelved_with_it(tmp_path: Path) -> None:
+def test_a_render_that_ends_as_its_session_is_dropped_is_stored_with_it(tmp_path: Path) -> None:
     """A render thread gave its session back (no longer working on it) before it kept the
-    rendering on the live state: a drop in between shelved the session without it, and
+    rendering on the live state: a drop in between stored the session without it, and
     the next read of tree.txt parsed the session again."""
     path = big_session(tmp_path)
-    v = View(Store(str(tmp_path), cache_bytes=64 << 20))
+    store = Store(str(tmp_path), cache_bytes=64 << 20)
+    v = View(store)
+    v.disk = store.disk = store.in_memory_store()
+    assert store.disk.open()
     s = core(v.up_to_date, path)
+    sess = v.ino(Key(Kind.SESSION, path))
+    core(v.ready, sess, False, False, set())
+    v.looked_up(sess, "nodes", v.getattr(v.resolve(sess, "nodes")))  # (answers to keep)
     sf = v.store.session(path)
     dropped: list[int] = []
 
@@ -236,9 +241,10 @@ def test_a_render_that_ends_as_its_session_is_dropped_is_shelved_with_it(tmp_pat
     work = v.wholes.render_step(sf, s, Kind.TREE, waited=DroppedMeanwhile())
     assert work is not None
     work()
-    v.store.shelf.settle()
+    assert store.disk.settle(30)
     assert dropped == [1] and sf.loaded is None and s.ident is not None
-    assert v.store.shelf.get(path, s.ident, "tree") is not None
+    stored = store.disk.load(path, sessions.file_ident(os.stat(path)))
+    assert stored is not None and "tree" in stored.files
 
 
 @pytest.mark.parametrize("asked", ["conv", "sess"])
@@ -428,9 +434,9 @@ def test_kept_answers_are_safe_to_look_up_from_a_thread_while_the_loop_gathers_o
 
 
 def test_renders_are_safe_to_keep_from_a_thread_while_the_loop_reads_them(tmp_path: Path) -> None:
-    """A render thread keeps message files in the view's byte-capped LRU (pushing the oldest
-    out) while the loop reads other ones from it: no read fails for one pushed out meanwhile,
-    and the LRU counts each kept render once."""
+    """A render thread keeps message files with their session, in a byte-capped LRU (pushing
+    the oldest out), while the loop reads other ones from it: no read fails for one pushed
+    out meanwhile, and the LRU counts each kept render once."""
     (tmp_path / "--home-x--").mkdir()
     ids = [f"{i:08x}" for i in range(1, 201)]
     data = line(HEADER)
@@ -438,8 +444,9 @@ def test_renders_are_safe_to_keep_from_a_thread_while_the_loop_reads_them(tmp_pa
         data += line(user(eid, ids[i - 1] if i else None, f"turn {i} " + "x" * 200, i % 60))
     path = str(tmp_path / "--home-x--" / "s1.jsonl")
     Path(path).write_bytes(data)
-    v = View(Store(str(tmp_path)), render_cache_bytes=20 << 10)  # about 60 message files
-    s = v.up_to_date(path)
+    v = View(Store(str(tmp_path)))
+    s = core(v.up_to_date, path)
+    s.memo.renders_kept.cap = 20 << 10  # about 60 message files
     keys = [Key(Kind.MESSAGE, path, s.epoch, eid) for eid in ids]
 
     def render_all() -> None:
@@ -452,4 +459,5 @@ def test_renders_are_safe_to_keep_from_a_thread_while_the_loop_reads_them(tmp_pa
                 v.texts.rendered(s, k)
 
     side_by_side(render_all, read_back)
-    assert v.texts._cache_bytes == sum(map(texts_module._weight, v.texts._cache.values()))
+    kept = s.memo.renders_kept
+    assert 0 < kept.bytes == kept.recounted() <= kept.cap

@@ -84,7 +84,7 @@ def test_a_text_saved_again_is_never_read_at_its_old_place(tmp_path: Path) -> No
 def test_the_oldest_entries_go_past_the_cap(tmp_path: Path) -> None:
     c = opened(tmp_path, cap=25_000)
     for n in range(5):
-        assert c.save(f"/s/{n}.jsonl", IDENT, {}, {"tree": one_file(bytes(8000))})
+        assert c.save(f"/s/{n}.jsonl", IDENT, {}, {"tree": one_file(os.urandom(8000))})
         assert c.settle(10)
     assert [c.has(f"/s/{n}.jsonl") for n in range(5)] == [False, False, True, True, True]
     assert c.total_bytes() <= 25_000
@@ -149,3 +149,60 @@ def test_a_folder_name_with_uri_characters_and_a_loose_database_mode(tmp_path: P
     assert got is not None and c.copy(got, "tree") == b"tree\n"
     c.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == [folder.name]  # (nothing beside it)
+
+
+def test_a_store_in_memory_reads_back_what_it_saved_and_keeps_to_its_cap(
+    tmp_path: Path,
+) -> None:
+    """``--disk-cache off``: the same store in memory, for the mount alone. It writes
+    nothing to any folder, answers as the one on disk does, and keeps to its cap."""
+    c = DiskStore(None, 25_000, "m", "/s")
+    assert c.open() and c.memory
+    text = os.urandom(20_000)
+    assert c.save("/s/a.jsonl", IDENT, {"attrs": [1]}, {"conv": one_file(text)})
+    assert c.settle(10)
+    got = c.load("/s/a.jsonl", IDENT)
+    assert got is not None and bytes(got.answers) == b'{"attrs":[1]}'
+    where = c.reader(got, "conv", len(text))
+    assert where is not None and c.read(where, 5, 1000) == text[5:1005]
+    for n in range(3):
+        assert c.save(f"/s/{n}.jsonl", IDENT, {}, {"tree": one_file(os.urandom(8000))})
+        assert c.settle(10)
+    assert not c.has("/s/a.jsonl") and c.total_bytes() <= 25_000
+    with pytest.raises(OSError) as gone:  # (its text went with it)
+        c.read(where, 0, 10)
+    assert gone.value.errno == errno.ESTALE
+    c.close()
+    assert list(tmp_path.iterdir()) == [] and not c.on
+
+
+def test_a_store_in_memory_reads_while_its_writer_writes() -> None:
+    """One connection serves the writer's thread and the readers: reads of one entry
+    never fail nor give other bytes while others are saved and dropped meanwhile."""
+    c = DiskStore(None, 1 << 30, "m", "/s")
+    assert c.open()
+    text = os.urandom(600_000)
+    assert c.save("/s/kept.jsonl", IDENT, {}, {"conv": one_file(text)}) and c.settle(10)
+    got = c.load("/s/kept.jsonl", IDENT)
+    assert got is not None
+    where = c.reader(got, "conv", len(text))
+    assert where is not None
+    done = threading.Event()
+
+    def churn() -> None:
+        for n in range(60):
+            c.save(f"/s/{n % 7}.jsonl", IDENT, {}, {"conv": one_file(os.urandom(300_000))})
+            if n % 3 == 0:
+                c.drop(f"/s/{(n + 2) % 7}.jsonl")
+        c.settle(30)
+        done.set()
+
+    t = threading.Thread(target=churn)
+    t.start()
+    reads = 0
+    while not done.is_set() or reads < 50:
+        at = (reads * 77_777) % len(text)
+        assert c.read(where, at, 131_072) == text[at : at + 131_072]
+        reads += 1
+    t.join()
+    c.close()

@@ -416,16 +416,16 @@ def logged(log: str, marker: str) -> set[str]:
     return {ln.split(": ")[1] for ln in log.splitlines() if f": {marker}" in ln}
 
 
-@pytest.mark.parametrize("where", ["shelf", "disk cache"])
+@pytest.mark.parametrize("where", ["store in memory", "disk cache"])
 def test_a_walk_that_lost_its_pages_reads_dropped_sessions_from_where_they_were_kept(
     sessions: Path, where: str
 ) -> None:
     """The kernel's page cache does not keep a walk's pages forever (memory pressure, or a
     memory manager that pages out what was idle for a minute): every session whose pages
     went was parsed and rendered again by the next walk. A session dropped from the parse
-    cache leaves its whole-session files in its disk cache entry, or, without the disk
-    cache, compressed on the shelf (not both: the shelf is memory), and a read the page
-    cache cannot answer is served from there."""
+    cache leaves its whole-session files in the store: its disk cache entry, or, without
+    the disk cache, the store in memory (compressed, within half the cap), and a read the
+    page cache cannot answer is served from there."""
     more = sessions / "--home-ana-src-big--"
     more.mkdir()
     for k in range(8):  # bigger than the cap together: walking them drops them
@@ -435,7 +435,7 @@ def test_a_walk_that_lost_its_pages_reads_dropped_sessions_from_where_they_were_
             parent = f"{i - 1:08x}" if i else None
             data += damaged.line(damaged.user(f"{i:08x}", parent, text, i))
         (more / f"2026-11-20T10-00-{k:02d}_big{k}.jsonl").write_bytes(data)
-    off = ["--disk-cache", "off"] if where == "shelf" else []
+    off = ["--disk-cache", "off"] if where == "store in memory" else []
     with mounted(sessions, "--cache-mb", "2", "--cache-idle", "0", "--debug", *off) as m:
 
         def walk() -> dict[Path, bytes]:
@@ -446,25 +446,25 @@ def test_a_walk_that_lost_its_pages_reads_dropped_sessions_from_where_they_were_
         assert len(first) == len(set(first))  # each parsed once
 
         def saved(log: str) -> set[str]:
-            marks = ("disk cache: ", " saved (")
+            marks = (f"{where}: ", " saved (")
             lines = [ln for ln in log.splitlines() if all(mark in ln for mark in marks)]
             return {ln.split(marks[0])[1].rsplit(marks[1], 1)[0] for ln in lines}
 
         def all_kept() -> bool:
             log = m.log_text()
-            return logged(log, "dropped") <= logged(log, "conv shelved") | saved(log)
+            return logged(log, "dropped") <= saved(log)
 
         wait_for(all_kept, 10, f"every dropped session's files in the {where}")
         log = m.log_text()
         big = {p for p in logged(log, "dropped") if "_big" in p}
         assert len(big) >= 6  # (the last one walked stays)
-        kept, other = (logged(log, "conv shelved"), saved(log))[:: 1 if where == "shelf" else -1]
-        assert big <= kept and not big & other  # in one place, not both
+        assert big <= saved(log)
         mine = status_json(os.environ.copy())[str(m.path)]  # pisessfs status says so
-        if where == "shelf":
-            assert mine["shelved"] >= 6 and 0 < mine["shelved_bytes"] <= 1 << 20  # half the cap
+        if where == "store in memory":
+            assert mine["disk_cache"] is None
+            assert mine["kept"] >= 6 and 0 < mine["kept_bytes"] <= 1 << 20  # half the cap
         else:
-            assert mine["disk_entries"] >= 6
+            assert mine["disk_entries"] >= 6 and mine["kept"] == 0
         drop_caches("1")  # every page of every file: the walk reads all again
         assert walk() == expected
         assert read_whole(m.log_text())[len(first) :] == []  # none parsed again
@@ -482,9 +482,9 @@ def test_rg_after_grep_parses_no_dropped_session_for_where_its_links_lead(
     a dropped session's answers.
 
     rg walks with ``--files``: the same lookups and link stats, without reading the files
-    grep read. With ``--cache-mb 0`` there is no shelf, so a page of them the kernel paged
-    out meanwhile (a memory manager may, within seconds) is a parse, which is not what this
-    test is about (``..._reads_dropped_sessions_from_the_shelf`` is)."""
+    grep read. With ``--cache-mb 0`` nothing is kept in memory, so a page of them the kernel
+    paged out meanwhile (a memory manager may, within seconds) is a parse, which is not what
+    this test is about (``..._reads_dropped_sessions_from_where_they_were_kept`` is)."""
     need(shutil.which("rg") is not None, "ripgrep (rg) is not installed (apt install ripgrep)")
     with mounted(sessions, "--cache-mb", "0", "--cache-idle", "0", "--debug") as m:
         grep = ["grep", "-rc", PHRASE, str(m.path)]
