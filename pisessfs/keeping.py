@@ -71,7 +71,8 @@ class Keeping:
 
     def __init__(self, view: View) -> None:
         self.view = view
-        self.answers = Kept()  # what sessions' nodes answered, per file identity (``kept``)
+        # what sessions' nodes answered, per file identity: the parse cache's (``kept``)
+        self.answers: Kept = view.store.answers
         self._hot: _Hot | None = None  # the session ``kept`` answered for last
         self.evicting: Loaded | None = None  # the session being dropped (``evicted``)
 

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .sessions import Identity
+from .loaded import Identity
 
 if TYPE_CHECKING:
     from .layout import Fork
@@ -34,6 +34,18 @@ KEPT_SESSIONS = 50_000
 #: Answers kept per session at most (a name of a listing counts as one): a branchy session
 #: whose ``leaves/`` lists more is parsed again when walked.
 KEPT_ANSWERS = 4096
+#: What one answer costs, as counted against the cache's cap (a stat record, a dict slot,
+#: a name: measured about 180 bytes in a walk of the fixtures).
+ANSWER_COST = 200
+
+
+class Tally:
+    """The answers kept, counted (shared by every :class:`Answers` of one :class:`Kept`)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
 
 
 @dataclass(slots=True)
@@ -56,12 +68,15 @@ class Answers:
     # What the last save to the disk cache had (``count`` and the files' kinds): the same
     # again is not written again (``--warm`` saves each session, a drop or unmount after).
     saved: tuple[int, frozenset[str]] | None = None
+    tally: Tally | None = None  # of the answers kept, where these are (``Kept``)
 
     def room(self, n: int = 1) -> bool:
         """Whether ``n`` more answers may be kept (and count them if so)."""
         if self.count + n > KEPT_ANSWERS:
             return False
         self.count += n
+        if self.tally is not None:
+            self.tally.n += n
         return True
 
     def child(self, folder: int, name: str) -> Attr | None:
@@ -75,10 +90,12 @@ class Answers:
 
 
 class Kept:
-    """:class:`Answers` by session file path."""
+    """:class:`Answers` by session file path, the least recently used dropped first past
+    ``limit`` sessions or ``cap`` bytes (:data:`ANSWER_COST` each)."""
 
-    def __init__(self, limit: int = KEPT_SESSIONS) -> None:
-        self.limit = limit
+    def __init__(self, limit: int = KEPT_SESSIONS, cap: int = 1 << 62) -> None:
+        self.limit, self.cap = limit, cap
+        self._tally = Tally()
         self._by_path: OrderedDict[str, Answers] = OrderedDict()
         #: Changes at every answers dropped or put in (a caller that found some may use
         #: them again without asking while it is the same)
@@ -94,8 +111,7 @@ class Kept:
             if a is None:
                 return None
             if a.ident != ident:
-                del self._by_path[path]  # the file changed: none of it holds any more
-                self.version += 1
+                self._pop(path)  # the file changed: none of it holds any more
                 return None
             self._by_path.move_to_end(path)
             return a
@@ -125,17 +141,34 @@ class Kept:
             return self._add(path, answers)
 
     def _add(self, path: str, answers: Answers) -> Answers:
-        """(Under the lock.) Keep ``answers``, the least recently used out past the limit."""
-        self.version += 1
+        """(Under the lock.) Keep ``answers``, the least recently used out past the limits."""
+        self._pop(path)
+        answers.tally = self._tally
+        self._tally.n += answers.count
         self._by_path[path] = answers
-        while len(self._by_path) > self.limit:
-            self._by_path.popitem(last=False)
+        while len(self._by_path) > 1 and (len(self._by_path) > self.limit or self.bytes > self.cap):
+            self._pop(next(iter(self._by_path)))
         return answers
+
+    def _pop(self, path: str) -> None:
+        """(Under the lock.) Drop the answers of ``path``, if any."""
+        self.version += 1
+        gone = self._by_path.pop(path, None)
+        if gone is not None:
+            self._tally.n -= gone.count
+            gone.tally = None
 
     def drop(self, path: str) -> None:
         with self._lock:
-            self.version += 1
-            self._by_path.pop(path, None)
+            self._pop(path)
+
+    @property
+    def bytes(self) -> int:
+        """What the answers kept take, as counted against the cache's cap."""
+        return self._tally.n * ANSWER_COST
+
+    def __len__(self) -> int:
+        return len(self._by_path)
 
 
 def _link(fork: Fork | None) -> tuple[str, str | None] | None:

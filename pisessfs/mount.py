@@ -132,6 +132,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
             cache_bytes=opts.cache_mb << 20,
             parsed=lambda: _parsed(store),
             kept=lambda: (len(cache), cache.total_bytes()) if cache.memory else (0, 0),
+            held=lambda: (len(store.answers), store.held()),
             disk=lambda: _on_disk(cache),
             warm=lambda: warmup.state,
             requests=lambda: (Asked.requests, Asked.at_once),

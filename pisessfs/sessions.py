@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from .files import Entry as FileEntry
 from .files import Files, Unreadable
 from .heads import Head, private, read_head
+from .kept import Kept
 from .loaded import (
     INLINE_BYTES,
     WINDOW,
@@ -59,6 +60,8 @@ MIN_IDLE = 5.0
 #: The share of the cap a store in memory (``--disk-cache off``) may hold of what the
 #: parse cache drops (the parse cache has the rest, at least).
 SHARE = 0.5
+#: The share of the cap the answers kept past the parse (``kept``) may take at most.
+ANSWERS_SHARE = 0.25
 #: ``--warm`` stops when such a store is this full: more would push out what it warmed.
 WARM_KEPT = 0.9
 #: Sessions ``Store.leave`` tries at most (the oldest: a thread may hold one or render it).
@@ -520,6 +523,9 @@ class Store:
         # with the state about to be dropped) goes to the store: on disk, or in memory
         # within :data:`SHARE` of the same cap.
         self.on_evict: Callable[[Loaded], None] | None = None
+        # What each session's folders answered, kept past its parse (a walk of a dropped
+        # session is answered from them), within a share of the same cap.
+        self.answers = Kept(cap=int(cache_bytes * ANSWERS_SHARE))
         self.disk: DiskStore | None = None  # the store (``store``)
 
     def _kept_heads(self) -> dict[str, list[Any]]:
@@ -702,10 +708,11 @@ class Store:
         return d is not None and (not d.memory or d.total_bytes() < WARM_KEPT * d.cap)
 
     def held(self) -> int:
-        """Bytes counted against the cap: the parsed sessions, and the store when it is in
-        memory."""
+        """Bytes counted against the cap: the parsed sessions, the answers kept, and the
+        store when it is in memory (what ``status`` shows on its ``in memory`` line)."""
         d = self.disk
-        return self._total + (d.total_bytes() if d is not None and d.memory else 0)
+        kept = d.total_bytes() if d is not None and d.memory else 0
+        return self._total + self.answers.bytes + kept
 
     def in_memory_store(self) -> DiskStore:
         """A store in memory for what the parse cache drops (``--disk-cache off``), within

@@ -142,6 +142,8 @@ class Record:
     cache_bytes: int  # the cap of that
     kept: int = 0  # dropped sessions kept in memory (``--disk-cache off``: the store)
     kept_bytes: int = 0  # ... what they take (counted against the cap too)
+    answered: int = 0  # sessions whose answers are kept (``kept``)
+    held_bytes: int = 0  # all of it, as counted against the cap (``cache_bytes``)
     disk_cache: str = ""  # the disk cache's folder ("": none)
     disk_entries: int = 0  # sessions it holds
     disk_bytes: int = 0  # ... what they take
@@ -202,6 +204,7 @@ class Writer:
         cache_bytes: int,
         parsed: Callable[[], tuple[int, int]],
         kept: Callable[[], tuple[int, int]] = lambda: (0, 0),
+        held: Callable[[], tuple[int, int]] = lambda: (0, 0),
         disk: Callable[[], tuple[str, int, int]] = lambda: ("", 0, 0),
         warm: Callable[[], str] = lambda: "",
         requests: Callable[[], tuple[int, int]] = lambda: (0, 0),
@@ -213,6 +216,7 @@ class Writer:
         pid = os.getpid()
         now = time.time()
         self.parsed, self.kept, self.disk, self.warm = parsed, kept, disk, warm
+        self.held = held
         self.requests, self.shown, self.refused = requests, shown, refused
         self.record = Record(
             pid=pid,
@@ -240,6 +244,7 @@ class Writer:
         try:
             rec.parsed, rec.parsed_bytes = self.parsed()
             rec.kept, rec.kept_bytes = self.kept()
+            rec.answered, rec.held_bytes = self.held()
             rec.disk_cache, rec.disk_entries, rec.disk_bytes = self.disk()
             rec.warm_up = self.warm()
             rec.requests, rec.at_once = self.requests()
@@ -384,6 +389,8 @@ def as_json(e: Entry, now: float) -> dict[str, object]:
         "parsed_bytes": r.parsed_bytes if r else None,
         "kept": r.kept if r else None,
         "kept_bytes": r.kept_bytes if r else None,
+        "answered": r.answered if r else None,
+        "held_bytes": r.held_bytes if r else None,
         "cache_bytes": r.cache_bytes if r else None,
         "disk_cache": (r.disk_cache or None) if r else None,
         "disk_entries": r.disk_entries if r else None,
@@ -423,13 +430,7 @@ def as_text(e: Entry, now: float) -> str:
     rows.append(
         (
             "in memory",
-            f"{_count(r.parsed, 'session')} read ({_mib(r.parsed_bytes)} of session files"
-            + (
-                f", {_mib(r.kept_bytes)} kept of {_count(r.kept, 'dropped session')}"
-                if r.kept
-                else ""
-            )
-            + f"; up to {_mib(r.cache_bytes)})",
+            _in_memory(r),
         )
     )
     disk = "off"
@@ -452,6 +453,16 @@ def _shown_text(r: Record) -> str:
     if r.shown < 0:
         return f"{r.sessions} (not counted yet)"
     return f"{r.sessions}: {_count(r.shown, 'session')} in {_count(r.projects, 'project')}"
+
+
+def _in_memory(r: Record) -> str:
+    """The ``in memory`` line: what the cache's one cap counts, part by part."""
+    parts = [f"{_count(r.parsed, 'session')} read ({_mib(r.parsed_bytes)} of session files)"]
+    if r.answered:
+        parts.append(f"the answers of {_count(r.answered, 'session')}")
+    if r.kept:
+        parts.append(f"the files of {_count(r.kept, 'dropped session')}")
+    return f"{', '.join(parts)}: {_mib(r.held_bytes)} of up to {_mib(r.cache_bytes)}"
 
 
 def _count(n: int, what: str) -> str:

@@ -672,3 +672,40 @@ def test_tool_output_is_a_code_block_in_the_language_of_the_file_read() -> None:
     user["timestamp"] = "2026-03-02T09:15:27.000Z"
     user["message"] = {"role": "user", "content": "see `x` and\n```\ncode\n```"}
     assert render.render(user) == b"see `x` and\n```\ncode\n```\n"
+
+
+def test_kept_answers_count_against_their_share_of_the_cap() -> None:
+    """What the folders of dropped sessions answered is counted (``ANSWER_COST`` each) as
+    it is gathered, and the least recently used sessions' answers go past the cap."""
+    from pisessfs.kept import ANSWER_COST, Kept
+    from pisessfs.sessions import Identity
+
+    kept = Kept(cap=10 * ANSWER_COST)
+    ident = Identity(1, 2, 3, 4, 5, 6, 7)
+    first = kept.of("s0", ident)
+    assert first.room(4) and kept.bytes == 4 * ANSWER_COST
+    for n in range(1, 4):
+        assert kept.of(f"s{n}", ident).room(3)
+    # s0 (4) + s1..s3 (9) went past 10 answers at the last gathering: counted at once,
+    # and dropped from the oldest at the next one
+    assert kept.bytes == 13 * ANSWER_COST
+    kept.of("s4", ident)
+    assert kept.get("s0", ident) is None and kept.bytes <= 10 * ANSWER_COST
+    kept.drop("s3")
+    assert kept.bytes == 6 * ANSWER_COST and len(kept) == 3
+    assert first.room(1) and kept.bytes == 6 * ANSWER_COST  # (dropped: no longer counted)
+    again = kept.of("s2", Identity(1, 2, 3, 4, 5, 6, 8))  # the file changed: counted anew
+    assert again.count == 0 and kept.bytes == 3 * ANSWER_COST
+
+
+def test_the_parse_cache_counts_the_answers_it_keeps(tmp_path: Path) -> None:
+    """One cap: what the parse cache holds is the parsed sessions and the answers kept."""
+    (tmp_path / "--home-x--").mkdir()
+    (tmp_path / "--home-x--" / "s1.jsonl").write_bytes(damaged.good(3))
+    store = Store(str(tmp_path))
+    v = Driven(store)
+    sess = enter(v, v.lookup(1, "home-x").ino, "s1")
+    v.children(sess)
+    parsed = store.session(v.key(sess).path).loaded
+    assert parsed is not None and len(store.answers) >= 1 and store.answers.bytes > 0
+    assert store.held() >= store.answers.bytes + parsed.size

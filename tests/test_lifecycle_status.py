@@ -116,6 +116,8 @@ def test_status_lists_two_mounts_with_their_fields(
         assert ea["log"] == str(cli.default_log(str(a))) and eb["log"] == str(b_log)
         assert (ea["read_only"], eb["read_only"]) == (False, True)
         assert ea["parsed"] >= 1 and ea["parsed_bytes"] > 0 and eb["parsed"] == 0
+        # one cap counts it all: the parsed session and the answers its folders gave
+        assert ea["answered"] >= 1 and ea["held_bytes"] > ea["parsed_bytes"]
         assert ea["kept"] == eb["kept"] == 0 and ea["kept_bytes"] == 0  # none dropped
         assert ea["fresh"] and eb["fresh"]  # both answered the request for fresh numbers
         assert ea["disk_cache"] == eb["disk_cache"] == f"{os.environ['XDG_CACHE_HOME']}/pisessfs"
@@ -139,7 +141,8 @@ def test_status_lists_two_mounts_with_their_fields(
             assert lines[3] == f"  log        {e['log']}"
             read = f"{e['parsed']} session{'' if e['parsed'] == 1 else 's'} read ("
             assert lines[4].startswith(f"  in memory  {read}"), block
-            assert lines[4].endswith("of session files; up to 1,024 MiB)"), block
+            assert lines[4].endswith(" of up to 1,024 MiB"), block
+            assert e["held_bytes"] >= 0 and e["answered"] >= 0
             cache = os.path.join(os.environ["XDG_CACHE_HOME"], "pisessfs")
             kept = f"{cache}: 0 sessions of this mount kept (0 KiB for all mounts)"
             assert lines[5] == f"  disk cache {kept}", block
