@@ -60,8 +60,10 @@ MIN_IDLE = 5.0
 #: The share of the cap a store in memory (``--disk-cache off``) may hold of what the
 #: parse cache drops (the parse cache has the rest, at least).
 SHARE = 0.5
-#: The share of the cap the answers kept past the parse (``kept``) may take at most.
-ANSWERS_SHARE = 0.25
+#: The share of the cap the answers kept past the parse (``kept``) may take at most, and
+#: what they may take whatever the cap: a few KiB a session, and without them every walk of
+#: a session the cap dropped parses it again (``--cache-mb 0`` parses each once a walk).
+ANSWERS_SHARE, ANSWERS_FLOOR = 0.25, 16 << 20
 #: ``--warm`` stops when such a store is this full: more would push out what it warmed.
 WARM_KEPT = 0.9
 #: Sessions ``Store.leave`` tries at most (the oldest: a thread may hold one or render it).
@@ -525,7 +527,7 @@ class Store:
         self.on_evict: Callable[[Loaded], None] | None = None
         # What each session's folders answered, kept past its parse (a walk of a dropped
         # session is answered from them), within a share of the same cap.
-        self.answers = Kept(cap=int(cache_bytes * ANSWERS_SHARE))
+        self.answers = Kept(cap=max(int(cache_bytes * ANSWERS_SHARE), ANSWERS_FLOOR))
         self.disk: DiskStore | None = None  # the store (``store``)
 
     def _kept_heads(self) -> dict[str, list[Any]]:

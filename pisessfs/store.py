@@ -406,13 +406,20 @@ class DiskStore:
         if path not in self._sizes:
             return None
         try:
-            with self._reading() as db:
+            with self._reading() as db:  # (the row and its answers at one hold of the lock)
                 row = db.execute(
                     "SELECT mark, ident, files FROM entries WHERE path = ?", (_key(path),)
                 ).fetchone()
+                return self._entry(path, ident, row, answers)
+        except Gone:  # saved again meanwhile, by another mount sharing the folder
+            return None
         except (OSError, sqlite3.Error) as err:
             log.warning("disk cache: %s is unreadable (%s)", path, err)
             return None
+
+    def _entry(self, path: str, ident: list[int], row: Any, answers: bool) -> Stored | None:
+        """(Under the readers' lock.) The entry ``row`` read of ``path``, if it is of the
+        file ``ident`` describes, by this code."""
         if row is None:
             self._forget(path)  # (removed by another mount sharing the folder)
             return None
@@ -423,6 +430,8 @@ class DiskStore:
         try:
             where = {k: (int(i), int(n)) for k, (i, n) in orjson.loads(files).items()}
             raw = self.copy(Stored(msgspec.Raw(b""), where), ANSWERS) if answers else b""
+        except Gone:
+            raise
         except (OSError, ValueError, TypeError, AttributeError) as err:
             log.warning("disk cache: the entry of %s is unreadable (%s): removed", path, err)
             self.drop(path)
