@@ -209,7 +209,7 @@ class Actions:
         open, as ``rm -r`` (fts), ``find -delete`` and ``shutil.rmtree`` do while they empty
         a folder. A single ``rm FILE`` holds no folder open."""
         key = self.view.key(parent)
-        if key.kind == Kind.PROJECT:  # rm -r PROJECT: its latest link is no session's, it stays
+        if key.kind == Kind.PROJECT:  # rm -r PROJECT: a step of it when it holds the project
             return self.walks.holds(pid, parent)
         if key.kind not in _SESSION_KINDS:
             return False

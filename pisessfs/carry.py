@@ -23,7 +23,8 @@ from .inodes import Attr, Key
 from .kept import Answers
 from .kind import Kind
 from .layout import KINDS, Fork
-from .sessions import Identity, Loaded, SessionFile, Unreadable, file_ident
+from .naming import file_ident
+from .sessions import Identity, Loaded, SessionFile, Unreadable
 from .store import Stored, text_in, text_out
 
 if TYPE_CHECKING:

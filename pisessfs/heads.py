@@ -1,10 +1,14 @@
 """Session folder names for people, from the head of each session file.
 
-DESIGN.md "Session names": ``<UTC date and time of the header, to the minute>-<slug of the
-first user message>-<first 8 characters of the session id>``, e.g.
-``2026-03-02T0914-pytest-fails-on-the-ingredient-parser-019cadd3``. Only the head of a file
-is read for it (the header line, then lines up to the first user message, at most
-:data:`HEAD_BYTES`): naming the sessions of a project parses none of them.
+DESIGN.md "Session names": ``<UTC date and time of the header, to the minute>-<slug>-<first
+8 characters of the session id>``, e.g. ``2026-03-02T0914-fix-fraction-parsing-019cadd3``.
+The slug is of the session's name (the last ``session_info`` line with a name, Pi's
+``/name``, as Pi's own picker shows it) when it has one, else of its first user message.
+Naming the sessions of a project parses none of them: the head of a file is read (the header
+line, then lines up to the first user message, at most :data:`HEAD_BYTES`), and its bytes
+are searched for ``session_info`` from its end (a file of more than :data:`NAME_SCAN` bytes:
+its last :data:`NAME_SCAN` bytes only, where a name given late is; one given earlier in a
+very long session does not show in its folder's name).
 
 Also what else the head says that a folder shows without parsing: the working directory
 (``user.pi.cwd`` of a project) and the session id (an alias of the folder).
@@ -22,6 +26,10 @@ from .model import iso_ms, parse_ts_ms
 from .names import id_name
 
 HEAD_BYTES = 256 << 10  # a first user message further in than this: no slug
+NAME_SCAN = 16 << 20  # bytes searched for the session's name, from the end of the file
+_SCAN_BLOCK = 1 << 20
+_NAME_LINE = 64 << 10  # a session_info line longer than this is no name (a hostile one)
+_NEEDLE = b"session_info"
 _CHUNK = 64 << 10
 _FIRST = 8 << 10  # (most heads end within it: splitting 64 KiB was a third of a head)
 SLUG_CHARS = 40
@@ -62,8 +70,46 @@ def read_head(fd: int, stem: str, slug: bool = True) -> Head:
             if d is not None and _is_user_message(d):
                 text = render.content_text(render.message_of(d).get("content"))
                 break
+    if slug and header is not None:
+        named = last_name(fd, os.fstat(fd).st_size)
+        text = named if named is not None else text
     head = _head(header or {}, text if slug else "", stem, slug)
     return head if header is not None else replace(head, final=False)
+
+
+def last_name(fd: int, size: int) -> str | None:
+    """The session's name as Pi shows it: the last ``session_info`` line whose ``name`` is
+    a string that is not blank, searched for in the last :data:`NAME_SCAN` bytes."""
+    end, floor = size, max(0, size - NAME_SCAN)
+    while end > floor:
+        start = max(floor, end - _SCAN_BLOCK)
+        block = os.pread(fd, end - start, start)
+        at = block.rfind(_NEEDLE)
+        while at >= 0:
+            name = _name_at(fd, start + at, size)
+            if name is not None:
+                return name
+            at = block.rfind(_NEEDLE, 0, at)
+        # (the next block ends where a match across the two would end)
+        end = start + len(_NEEDLE) - 1 if start > floor else floor
+    return None
+
+
+def _name_at(fd: int, at: int, size: int) -> str | None:
+    """The name of the ``session_info`` line around byte ``at``, if it is one."""
+    lo = max(0, at - _NAME_LINE)
+    hi = min(size, at + _NAME_LINE)
+    around = os.pread(fd, hi - lo, lo)
+    cut = at - lo
+    first = around.rfind(b"\n", 0, cut) + 1
+    last = around.find(b"\n", cut)
+    if (first == 0 and lo > 0) or (last < 0 and hi < size):
+        return None  # a line longer than we read: no session_info Pi writes
+    d = _object(around[first : last if last >= 0 else len(around)])
+    if d is None or d.get("type") != "session_info":
+        return None
+    name = d.get("name")
+    return name if isinstance(name, str) and name.strip() else None
 
 
 def private(file_mode: int, folder_mode: int) -> bool:

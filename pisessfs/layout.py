@@ -155,10 +155,19 @@ class Root(NodeKind):
     sessionless = True
 
     def child(self, v: View, key: Key, name: str) -> Key:
-        return v.listed_item(key.path or v.store.root, name)
+        try:
+            return v.listed_item(key.path or v.store.root, name)  # a folder named so wins
+        except NotFound:
+            if name != LATEST:
+                raise
+            return key._replace(kind=Kind.LATEST, path=v.store.root)  # (ENOENT: none is)
 
     def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
-        return [(i.name, v.item_key(i)) for i in v.store.top()]
+        items = v.store.top()
+        out = [(i.name, v.item_key(i)) for i in items]
+        if items and all(i.name != LATEST for i in items):
+            out.insert(0, (LATEST, key._replace(kind=Kind.LATEST, path=v.store.root)))
+        return out
 
     def prepare(self, v: View, key: Key) -> Work | None:
         # Naming its sessions reads the head of each new file: for a folder of a thousand
@@ -176,28 +185,20 @@ class Root(NodeKind):
 
 
 class Project(Root):
-    """A project: its sessions, named for people, and ``latest``."""
+    """A project: its sessions, named for people (one ``latest`` is at the root: a glob
+    over sessions, ``*/*/session.json``, meets each once)."""
 
     name = Kind.PROJECT
 
     def child(self, v: View, key: Key, name: str) -> Key:
-        try:
-            return v.listed_item(key.path, name)  # a session named "latest" wins
-        except NotFound:
-            if name != LATEST:
-                raise
-            return key._replace(kind=Kind.LATEST)  # (ENOENT from its target when none is)
+        return v.listed_item(key.path, name)
 
     def xattrs(self, v: View, key: Key) -> dict[str, bytes]:
         cwd = v.store.cwd_of(key.path)
         return {"user.pi.cwd": utf8(cwd)} if cwd is not None else {}
 
     def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
-        items = v.store.sessions_in(key.path)
-        out = [(i.name, v.item_key(i)) for i in items]
-        if items and all(i.name != LATEST for i in items):
-            out.insert(0, (LATEST, key._replace(kind=Kind.LATEST)))
-        return out
+        return [(i.name, v.item_key(i)) for i in v.store.sessions_in(key.path)]
 
 
 LATEST = "latest"
@@ -577,15 +578,16 @@ class Alias(_FreeLink):
 
 
 class Latest(_FreeLink):
-    """``latest`` in a project: the session whose file changed last."""
+    """``latest`` at the root: the session whose file changed last, of the whole mount
+    (``<project>/<session>``, or a session lying in the root itself)."""
 
     name = Kind.LATEST
 
     def target(self, v: View, key: Key) -> bytes:
-        item = v.store.latest(key.path)
-        if item is None:
+        target = v.store.latest()
+        if target is None:
             raise NotFound(key)
-        return item.name.encode("utf-8", "surrogateescape")
+        return target.encode("utf-8", "surrogateescape")
 
 
 class Parent(_Link):

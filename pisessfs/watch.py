@@ -130,7 +130,7 @@ class Watcher:
         if ino is not None:
             (self.view.changes.contents if listing else self.view.changes.inode)(ino)
             self.view.changes.entry(ino, stem)
-        latest = self.view.known(Key(Kind.LATEST, folder))  # it may lead to this one now
+        latest = self.view.known(Key(Kind.LATEST, self.store.root))  # it may lead here now
         if latest is not None:
             self.view.changes.contents(latest)
 

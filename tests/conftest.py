@@ -41,12 +41,12 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 # Two example sessions the tests know by heart (pisessfs/examples, always present).
 # Their folders are named for people; the file's stem still resolves, as a link to the name.
-RECIPE = "home-ana-src-recipe-box/2026-03-02T0914-pytest-fails-on-the-ingredient-parser-019cadd3"
+RECIPE = "home-ana-src-recipe-box/2026-03-02T0914-fix-fraction-parsing-019cadd3"
 RECIPE_STEM = "2026-03-02T09-14-05-120Z_019cadd3-7fc0-75ea-a894-d2664c1f3463"
 RECIPE_ID = "019cadd3-7fc0-75ea-a894-d2664c1f3463"
 RECIPE_FIRST = "pytest fails on the ingredient parser since I added mixed numbers to the tests. "
 #: The session forked from RECIPE, in the same project.
-FORK = "home-ana-src-recipe-box/2026-03-02T0923-pytest-fails-on-the-ingredient-parser-019caddc"
+FORK = "home-ana-src-recipe-box/2026-03-02T0923-metric-units-for-show-019caddc"
 KANBAN = "home-ana-src-tiny-kanban/2026-03-04T1932-i-drew-a-favicon-for-the-board-it-s-019cba56"
 
 

@@ -229,7 +229,9 @@ def test_view_layout_of_a_session(tmp_path: Path) -> None:
     v = Driven(Store(str(tmp_path)))
     proj = v.lookup(1, "home-x").ino
     sess = enter(v, proj, "s1")
-    assert [n for n, _ in v.children(proj)] == ["latest", "2026-11-20T1000-first-question-dmg"]
+    assert [n for n, _ in v.children(proj)] == ["2026-11-20T1000-first-question-dmg"]
+    assert [n for n, _ in v.children(1)] == ["latest", "home-x"]  # one latest, at the root
+    assert v.readlink(v.lookup(1, "latest").ino) == b"home-x/2026-11-20T1000-first-question-dmg"
     assert [n for n, _ in v.children(sess)] == [
         "conversation.md",
         "current",
@@ -406,7 +408,7 @@ def test_numbers_the_kernel_does_not_hold_are_swept_and_come_back_the_same(
     (tmp_path / "--home-x--" / "s1.jsonl").write_bytes(data)
     v = Driven(Store(str(tmp_path)))
     held = [v.lookup(1, "home-x")]
-    held.append(v.lookup(held[0].ino, v.children(held[0].ino)[1][0]))
+    held.append(v.lookup(held[0].ino, v.children(held[0].ino)[0][0]))
     held.append(v.lookup(held[1].ino, "nodes"))
     for a in held:
         v.hold(a)
@@ -457,7 +459,7 @@ def test_a_big_conversation_is_held_in_part_and_reads_the_same_anywhere(
 
     def opened(v: Driven) -> int:
         proj = v.lookup(1, "home-x").ino
-        return v.lookup(v.lookup(proj, v.children(proj)[1][0]).ino, "conversation.md").ino
+        return v.lookup(v.lookup(proj, v.children(proj)[0][0]).ino, "conversation.md").ino
 
     monkeypatch.setattr(onefile, "HELD_BYTES", 1 << 40)
     ref = Driven(Store(str(tmp_path)))
@@ -572,9 +574,7 @@ def test_a_dropped_sessions_files_are_read_from_the_store_in_memory_without_a_pa
     v.view.disk = store.disk = kept
     proj = v.lookup(1, "home-x").ino
     whole: dict[int, bytes] = {}
-    for name, a in v.children(proj):
-        if name == "latest":
-            continue
+    for _, a in v.children(proj):
         listing = dict(v.children(a.ino))  # renders the three; kept answers hold their sizes
         for n in ("conversation.md", "tree.txt", "session.json"):
             whole[listing[n].ino] = v.content(listing[n].ino)
@@ -709,3 +709,37 @@ def test_the_parse_cache_counts_the_answers_it_keeps(tmp_path: Path) -> None:
     parsed = store.session(v.key(sess).path).loaded
     assert parsed is not None and len(store.answers) >= 1 and store.answers.bytes > 0
     assert store.held() >= store.answers.bytes + parsed.size
+
+
+def test_a_session_is_named_for_its_last_name_pi_shows(tmp_path: Path) -> None:
+    """The slug is of the session's name (the last ``session_info`` with a name that is not
+    blank, as Pi's picker shows it) when it has one, else of its first user message; the
+    word in a message's text, a blank name, or a line cut short name nothing."""
+    from pisessfs import heads
+
+    def named(*lines: dict[str, object], tail: bytes = b"") -> str:
+        f = tmp_path / "s.jsonl"
+        f.write_bytes(b"".join(line(d) for d in [HEADER, *lines]) + tail)
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            return heads.read_head(fd, "s").name
+        finally:
+            os.close(fd)
+
+    def info(eid: str, name: object) -> dict[str, object]:
+        return {"type": "session_info", "id": eid, "parentId": "a", "name": name}
+
+    first = user("a", None, "first question", 1)
+    assert named(first) == "2026-11-20T1000-first-question-dmg"
+    assert (
+        named(first, info("b", "Fix fraction parsing"))
+        == "2026-11-20T1000-fix-fraction-parsing-dmg"
+    )
+    later = [info("b", "Old name"), user("c", "b", "type session_info please", 2)]
+    assert named(first, *later, info("d", "  ")) == "2026-11-20T1000-old-name-dmg"
+    assert named(first, info("b", "One"), info("c", "Two")) == "2026-11-20T1000-two-dmg"
+    assert named(first, info("b", 7)) == "2026-11-20T1000-first-question-dmg"
+    torn = b'{"type":"session_info","id":"z","name":"half'
+    assert named(first, tail=torn) == "2026-11-20T1000-first-question-dmg"
+    filler = [user(f"{n:08x}", "a", "x" * 4000, 3) for n in range(300)]  # past a block
+    assert named(first, info("b", "Far back"), *filler) == "2026-11-20T1000-far-back-dmg"

@@ -230,8 +230,8 @@ def link_problems(top: str, mnt: str, sessions: set[str], where: str) -> list[st
                     bad.append(f"{shown} is no other session")
             elif session is not None:
                 bound, what = session, session  # leaves/*, current, session.jsonl, ...
-            elif name == "latest" and os.path.dirname(dirpath) == mnt:
-                bound, what = dirpath, "its project"
+            elif name == "latest" and dirpath == mnt:
+                bound, what = mnt, "the mount"  # the session that changed last, of any project
             else:
                 bound, what = mnt, "the mount"
             if not inside(target, bound):

@@ -884,7 +884,7 @@ def test_a_kept_name_never_shows_what_a_folder_opened_since_lets_others_list(
         finished(m)
         os.chmod(project, 0o755)
         with mounted(base / "sessions", "--disk-cache", str(cache)) as m:
-            assert sorted(os.listdir(m.path / "private")) == ["2026-11-20T1000-77777777", "latest"]
+            assert sorted(os.listdir(m.path / "private")) == ["2026-11-20T1000-77777777"]
         finished(m)
     finally:
         shutil.rmtree(base, ignore_errors=True)

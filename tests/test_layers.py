@@ -44,6 +44,7 @@ ORDER = [
     "inodes",
     "errors",
     "sessions",
+    "naming",
     "kept",
     "loaded",
     "store",

@@ -1,7 +1,8 @@
 """Sessions named for people (DESIGN.md, "Session names"), on real mounts.
 
-``<UTC time of the header, to the minute>-<slug of the first user message>-<id8>``: stable
-across remounts, the stem and the session id resolve as links to it, ``latest`` per project,
+``<UTC time of the header, to the minute>-<slug of the session's name, else of its first user
+message>-<id8>``: stable across remounts, the stem and the session id resolve as links to it,
+one ``latest`` at the root (a glob over sessions meets each once),
 ``user.pi.cwd`` on projects, ``parent`` to the session a fork came from. Hostile heads still
 give sane, unique names that stay inside their folder.
 """
@@ -34,12 +35,14 @@ def test_sessions_are_named_for_people_and_keep_their_names(sessions: Path) -> N
         assert RECIPE_STEM not in first and RECIPE_ID not in first
         assert (project / RECIPE_STEM / "current").is_symlink()  # paths through it work
         assert os.getxattr(project, "user.pi.cwd") == b"/home/ana/src/recipe-box"
-        # latest: the session whose file changed last
-        assert os.readlink(project / "latest") == FORK.split("/")[1]
+        # latest, at the root: the session whose file changed last, of the whole mount
+        assert "latest" not in first and "latest" in os.listdir(m.path)
+        newest = max(f.stat().st_mtime_ns for f in sessions.glob("*/*.jsonl"))
+        shown = Path(os.getxattr(m.path / "latest", "user.pi.file").decode())
+        assert shown.stat().st_mtime_ns == newest and (m.path / "latest").resolve().is_dir()
         real = Path(os.getxattr(m.path / RECIPE, "user.pi.file").decode())
         os.utime(real)  # now this one changed last (the live view follows: inotify)
-        recipe = RECIPE.split("/")[1]
-        wait_for(lambda: os.readlink(project / "latest") == recipe, 5, "latest to follow")
+        wait_for(lambda: os.readlink(m.path / "latest") == RECIPE, 5, "latest to follow")
         # a fork links to the session it came from (found in this root, though Pi wrote
         # the path of the folder the examples were made in)
         assert os.readlink(m.path / FORK / "parent") == "../" + RECIPE.split("/")[1]
@@ -76,7 +79,7 @@ def test_hostile_heads_give_sane_unique_names(sessions: Path) -> None:
     session("bigyear", "66666666-x", "far", 253402300800000 * 100)
     with mounted(sessions) as m:
         names = os.listdir(m.path / "hostile")
-        assert len(names) == len(set(names)) == 11  # ten sessions and latest
+        assert len(names) == len(set(names)) == 10  # ten sessions
         for name in names:
             assert "/" not in name and not name.startswith((".", "-")), name
             assert len(name.encode()) <= 255, name
@@ -90,9 +93,8 @@ def test_hostile_heads_give_sane_unique_names(sessions: Path) -> None:
         twins = sorted(n for n in names if "twin" in n)
         assert twins == ["2026-11-20T1000-twin-44444444", "2026-11-20T1000-twin-44444444~2"]
         for n in names:  # every listed name resolves, session.json says which file
-            if n != "latest":
-                doc = orjson.loads((m.path / "hostile" / n / "session.json").read_bytes())
-                assert doc["counts"]["entries"] >= 0
+            doc = orjson.loads((m.path / "hostile" / n / "session.json").read_bytes())
+            assert doc["counts"]["entries"] >= 0
         # an alias that would lead out of the folder or collide is not made
         assert not os.path.lexists(m.path / "hostile" / "..x")
 
@@ -114,7 +116,7 @@ def test_a_name_never_shows_the_text_of_a_file_others_may_not_read() -> None:
     os.chmod(project, 0o755)
     with mounted(sessions) as m:
         folder = m.path / "private"
-        assert sorted(os.listdir(folder)) == ["2026-11-20T1000-77777777", "latest"]
+        assert sorted(os.listdir(folder)) == ["2026-11-20T1000-77777777"]
         os.chmod(f, 0o644)  # now anyone may read it: the name may say what it is about
         wait_for(
             lambda: "2026-11-20T1000-secret-plan-77777777" in os.listdir(folder), 5, "the rename"

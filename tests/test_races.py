@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pisessfs import heads, sessions
+from pisessfs import heads, naming, sessions
 from pisessfs import inodes as inodes_module
 from pisessfs.errors import Busy, settled
 from pisessfs.kept import Kept
@@ -243,7 +243,7 @@ def test_a_render_that_ends_as_its_session_is_dropped_is_stored_with_it(tmp_path
     work()
     assert store.disk.settle(30)
     assert dropped == [1] and sf.loaded is None and s.ident is not None
-    stored = store.disk.load(path, sessions.file_ident(os.stat(path)))
+    stored = store.disk.load(path, naming.file_ident(os.stat(path)))
     assert stored is not None and "tree" in stored.files
 
 
@@ -359,14 +359,14 @@ def test_a_session_made_private_while_a_thread_reads_its_head_gets_no_name_from_
 
     monkeypatch.setattr(sessions, "read_head", chmod_meanwhile)
     if events == 2:
-        still_right = sessions.Heads._still_right
+        still_right = naming.Heads._still_right
 
-        def touched_meanwhile(self: sessions.Heads, path: str, head: heads.Head) -> bool:
+        def touched_meanwhile(self: naming.Heads, path: str, head: heads.Head) -> bool:
             os.utime(f)
             store.mode_changed(path)  # (the watcher's second IN_ATTRIB)
             return still_right(self, path, head)
 
-        monkeypatch.setattr(sessions.Heads, "_still_right", touched_meanwhile)
+        monkeypatch.setattr(naming.Heads, "_still_right", touched_meanwhile)
     store.read_heads(store.heads_missing(str(proj)))
     monkeypatch.setattr(sessions, "read_head", read_head)
     head = store.head(str(f))
