@@ -759,7 +759,7 @@ def demo_sessions(reset: bool = False) -> tuple[Path, str]:
 
 
 def _demo_hints(mnt: Path, said: str) -> None:
-    found = sorted(p for p in mnt.glob("*/*/current") if not p.parent.is_symlink())  # not latest
+    found = sorted(mnt.glob("*/*/current"))
     session = next(iter(found), mnt / "PROJECT" / "SESSION").parent
     print(f"""The example sessions are mounted on {mnt}; {said}. Try:
 

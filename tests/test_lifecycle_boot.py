@@ -148,7 +148,7 @@ def test_mount_8_mounts_through_mount_fuse3_and_umount_8_unmounts(
         assert {"nosuid", "nodev", "noexec"} <= set(mount_opts), said["row"]
     read_only = how.endswith("-o ro")
     assert mount_opts[0] == ("ro" if read_only else "rw"), said["row"]
-    assert said["ls"].startswith("2026-03-02T0914-pytest-fails"), said
+    assert said["ls"].startswith("2026-03-02T0914-fix-fraction-parsing"), said
     assert (said["daemon"], said["after"]) == ("gone", "unmounted"), said
 
 

@@ -357,7 +357,7 @@ def test_a_session_made_private_while_a_thread_reads_its_head_gets_no_name_from_
         store.mode_changed(str(f))  # (what the watcher does on IN_ATTRIB, on the loop)
         return head
 
-    monkeypatch.setattr(sessions, "read_head", chmod_meanwhile)
+    monkeypatch.setattr(naming, "read_head", chmod_meanwhile)
     if events == 2:
         still_right = naming.Heads._still_right
 
@@ -368,7 +368,7 @@ def test_a_session_made_private_while_a_thread_reads_its_head_gets_no_name_from_
 
         monkeypatch.setattr(naming.Heads, "_still_right", touched_meanwhile)
     store.read_heads(store.heads_missing(str(proj)))
-    monkeypatch.setattr(sessions, "read_head", read_head)
+    monkeypatch.setattr(naming, "read_head", read_head)
     head = store.head(str(f))
     assert head.hidden
     assert "secret" not in head.name
