@@ -772,6 +772,7 @@ def _demo_hints(mnt: Path, said: str) -> None:
   ls -l $S/current/           # the same branch as numbered messages
   cat $S/current/0002-user.md
   grep -r "unicode fractions" .   # each message once: in conversation.md
+  cat usage/models.csv        # tokens and cost by model (daily.csv, usage.md, ...)
   getfattr -d $S/current/0002-user.md
 
 Write, as Pi would (each save is one line appended to the session file):

@@ -21,7 +21,7 @@ from typing import Any, Generic, Protocol, TypeVar
 log = logging.getLogger(__name__)
 
 DB_NAME = "pisessfs.sqlite"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Bytes of a database page: a text's chunk is a few pages, read with a few system calls
 #: (SQLite's default of 4 KiB read a cold walk's texts 4 KiB at a time).
 PAGE_SIZE = 1 << 16
@@ -52,6 +52,25 @@ CREATE INDEX IF NOT EXISTS texts_path ON texts(path);
 CREATE TABLE IF NOT EXISTS chunks (
     id INTEGER PRIMARY KEY,  -- texts.id * CHUNKS + n: the n-th CHUNK bytes of the text
     data BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS usage_files (  -- what each session file's usage was counted from
+    path BLOB PRIMARY KEY,
+    scope BLOB NOT NULL,
+    mark TEXT NOT NULL,
+    seen TEXT NOT NULL,      -- [dev, ino, size, mtime_ns, offset counted to, project] (JSON)
+    n INTEGER NOT NULL       -- (its rows in usage)
+);
+CREATE TABLE IF NOT EXISTS usage (  -- what it gave: sums by UTC day and model (usage.py)
+    path BLOB NOT NULL,
+    day TEXT NOT NULL,
+    model TEXT NOT NULL,
+    messages INTEGER NOT NULL,
+    input INTEGER NOT NULL,
+    output INTEGER NOT NULL,
+    cache_read INTEGER NOT NULL,
+    cache_write INTEGER NOT NULL,
+    cost REAL NOT NULL,
+    PRIMARY KEY (path, day, model)
 );
 CREATE TABLE IF NOT EXISTS heads (
     scope BLOB NOT NULL,

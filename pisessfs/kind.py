@@ -32,6 +32,8 @@ class Kind(enum.StrEnum):
     LEAF_VIEW = "leaf.md"
     ALIAS = "alias"  # a session's stem or id: a link to its folder's name
     LATEST = "latest"
+    USAGE = "usedir"  # usage/: tokens and cost summed
+    USAGE_FILE = "usefile"  # one of its files (``eid`` holds its name)
     PARENT = "parent"
     SCRATCH = "scratch"  # an editor's file in the scratch layer
     RAW_LINK = "rawlink"  # session.jsonl -> .session.jsonl

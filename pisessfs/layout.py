@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
-from . import writer
+from . import usage, writer
 from .errors import IsADir, NotADir, NotALink, NotFound
 from .handles import FileSnapshot, Snapshot
 from .kind import Kind
@@ -158,15 +158,18 @@ class Root(NodeKind):
         try:
             return v.listed_item(key.path or v.store.root, name)  # a folder named so wins
         except NotFound:
-            if name != LATEST:
+            kind = ROOT_KINDS.get(name)
+            if kind is None:
                 raise
-            return key._replace(kind=Kind.LATEST, path=v.store.root)  # (ENOENT: none is)
+            return key._replace(kind=kind, path=v.store.root)  # (latest: ENOENT when none is)
 
     def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
         items = v.store.top()
         out = [(i.name, v.item_key(i)) for i in items]
-        if items and all(i.name != LATEST for i in items):
-            out.insert(0, (LATEST, key._replace(kind=Kind.LATEST, path=v.store.root)))
+        taken = {i.name for i in items}
+        for name, kind in ROOT_KINDS.items():
+            if name not in taken and (items or kind != Kind.LATEST):
+                out.append((name, key._replace(kind=kind, path=v.store.root)))
         return out
 
     def prepare(self, v: View, key: Key) -> Work | None:
@@ -202,6 +205,8 @@ class Project(Root):
 
 
 LATEST = "latest"
+#: The root's own names (a folder of the sessions root named so wins: ``ROOT_NAMES``).
+ROOT_KINDS = {LATEST: Kind.LATEST, "usage": Kind.USAGE}
 
 
 #: A session folder's listed names and their kinds, in listing order.
@@ -725,12 +730,66 @@ class RawLink(_Link):
         return RAW
 
 
+# -- usage/ --------------------------------------------------------------------------------
+
+
+class UsageFolder(NodeKind):
+    """``usage/``: tokens and cost summed by day, month, project and model (``usage``)."""
+
+    name = Kind.USAGE
+    fmt = stat.S_IFDIR
+    sessionless = True
+
+    def child(self, v: View, key: Key, name: str) -> Key:
+        if name not in usage.FILES:
+            raise NotFound(name)
+        return key._replace(kind=Kind.USAGE_FILE, eid=name)
+
+    def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
+        return [(n, key._replace(kind=Kind.USAGE_FILE, eid=n)) for n in usage.FILES]
+
+    def prepare(self, v: View, key: Key) -> Work | None:
+        return _sums_due(v)  # (its listing shows the files' sizes)
+
+    def attr(self, v: View, ino: int, key: Key) -> Attr:
+        root = v.file_stat(v.store.root)
+        return v.plain_attr(ino, stat.S_IFDIR | 0o555, root, 0, False)
+
+
+class UsageFile(NodeKind):
+    """One file of ``usage/``, as the sums are now: every stat asks (a Pi append shows in
+    it within a second), and making the sums up to date is work off the loop."""
+
+    name = Kind.USAGE_FILE
+    sessionless = True
+
+    def prepare(self, v: View, key: Key) -> Work | None:
+        return _sums_due(v)
+
+    def content(self, v: View, key: Key) -> bytes:
+        return v.usage().render(key.eid)
+
+    def attr(self, v: View, ino: int, key: Key) -> Attr:
+        sums = v.usage()
+        root = v.file_stat(v.store.root)
+        size = len(sums.render(key.eid))
+        a = v.plain_attr(ino, stat.S_IFREG | sums.mode, root, size, False)
+        return a._replace(mtime_ns=sums.changed_ns, scratch=True)  # (asked at every use)
+
+
+def _sums_due(v: View) -> Work | None:
+    """The work that brings the sums of ``usage/`` up to date, if due."""
+    sums = v.usage()
+    return None if sums.fresh() else sums.update
+
+
 KINDS: dict[Kind, NodeKind] = {
     k.name: k
     for k in (
         Root(), Project(), Session(), Leaves(), Nodes(), EntryFolder(), Message(), Branch(),
         Tree(), Json(), ConversationFile(), Raw(), Current(), CurrentView(), LeafLink(),
-        LeafViewLink(), RawLink(), Alias(), Latest(), Parent(), Scratch(),
+        LeafViewLink(), RawLink(), Alias(), Latest(), Parent(), Scratch(), UsageFolder(),
+        UsageFile(),
     )
 }  # fmt: skip
 

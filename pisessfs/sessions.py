@@ -476,6 +476,18 @@ class Store:
             out.append(Listing(d.name if taken else name, d.path, True))
         return out
 
+    def sessions_by_project(self) -> list[tuple[str, str]]:
+        """Every session file the mount shows, with its project folder's name (``.`` for one
+        lying in the root), without reading one (``usage``)."""
+        out = []
+        for item in self.top():
+            if item.is_session:
+                out.append((item.path, "."))
+                continue
+            with contextlib.suppress(Unreadable):
+                out += [(d.path, item.name) for d in self._session_files(item.path)]
+        return out
+
     def sessions_in(self, folder: str) -> list[Listing]:
         return self._cached(folder, lambda: self._sessions_in(folder))
 

@@ -160,10 +160,11 @@ class _Save:
 
 @dataclass(frozen=True, slots=True)
 class _Do:
-    """Other work of the writer: ``run(db)`` in a transaction."""
+    """Other work of the writer: ``run(db)`` in a transaction (``done``: set after it)."""
 
     run: Callable[[sqlite3.Connection], object]
     what: str
+    done: threading.Event | None = None
 
 
 class Gone(OSError):
@@ -551,6 +552,18 @@ class DiskStore:
     def _queue(self, item: _Save | _Do) -> None:
         self._writer.put(item)
 
+    def run(self, work: Callable[[sqlite3.Connection], object], what: str) -> None:
+        """(Blocking: a worker thread's.) ``work(db)`` in a transaction of the writer's
+        thread, once it is done (or given up: a full disk, logged)."""
+        done = threading.Event()
+        self._queue(_Do(work, what, done))
+        done.wait()
+
+    def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        """The rows of a read (OSError or sqlite3.Error when it cannot be read)."""
+        with self._reading() as db:
+            return db.execute(sql, args).fetchall()
+
     def busy(self) -> bool:
         """Whether the writer has entries still to write (read without the lock)."""
         return self._waiting > 0
@@ -558,8 +571,12 @@ class DiskStore:
     def _do(self, db: sqlite3.Connection, item: _Save | _Do) -> None:
         """(The writer's thread.) One job: a save, or other work in a transaction."""
         if isinstance(item, _Do):
-            with _transaction(db):
-                item.run(db)
+            try:
+                with _transaction(db):
+                    item.run(db)
+            finally:
+                if item.done is not None:
+                    item.done.set()
             return
         try:
             stored = self._write(db, item)

@@ -61,7 +61,9 @@ from .sessions import (
     Work,
 )
 from .store import DiskStore
+from .sums import UsageTable
 from .texts import Texts
+from .usage import Usage
 from .wholes import Wholes
 
 __all__ = [
@@ -110,6 +112,7 @@ class View:
         self.wholes = Wholes(self.texts, self.changes.resized)
         self.disk: DiskStore | None = None  # the same, and their files, across mounts
         self.carry = Carry(self, self.keeping)
+        self._usage: Usage | None = None
         store.on_evict = self.keeping.evicted
 
     # -- sessions ---------------------------------------------------------------------------
@@ -173,6 +176,17 @@ class View:
             self._settle(sf.step)
         assert sf.loaded is not None
         return sf.loaded
+
+    def usage(self) -> Usage:
+        """The sums of ``usage/``, kept in the store (made at their first use)."""
+        if self._usage is None:
+            if self.disk is None:  # (the mount always has a store; a test of the core may not)
+                self.disk = self.store.disk = self.store.in_memory_store()
+                self.disk.open()
+            files = self.store.files
+            table = UsageTable(self.disk)
+            self._usage = Usage(self.store.sessions_by_project, files.lstat, files.open, table)
+        return self._usage
 
     def session_path(self, ino: int) -> str | None:
         """The session file a node of an entry folder belongs to (None for others)."""

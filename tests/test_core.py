@@ -230,7 +230,7 @@ def test_view_layout_of_a_session(tmp_path: Path) -> None:
     proj = v.lookup(1, "home-x").ino
     sess = enter(v, proj, "s1")
     assert [n for n, _ in v.children(proj)] == ["2026-11-20T1000-first-question-dmg"]
-    assert [n for n, _ in v.children(1)] == ["latest", "home-x"]  # one latest, at the root
+    assert [n for n, _ in v.children(1)] == ["home-x", "latest", "usage"]  # one latest: the root
     assert v.readlink(v.lookup(1, "latest").ino) == b"home-x/2026-11-20T1000-first-question-dmg"
     assert [n for n, _ in v.children(sess)] == [
         "conversation.md",

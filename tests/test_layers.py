@@ -47,6 +47,8 @@ ORDER = [
     "naming",
     "kept",
     "loaded",
+    "sums",
+    "usage",
     "store",
     "database",
     "heads",

@@ -8,6 +8,12 @@
 //       For each path in LISTFILE (one a line), what Pi's index holds (see indexView): one JSON
 //       array, one file per line, {"error": "..."} for a file Pi cannot open. One node process
 //       for hundreds of files (the fuzz test).
+//   node tests/pi/oracle.mjs --usage FILE
+//       What Pi 1.6 counts of FILE's usage, with its own code: the totals its footer shows
+//       (AgentSession.getSessionStats: the same loop over SessionManager.getEntries(), summed
+//       by Pi's addUsageToTotals) and the cost breakdown by model (getUsageCostBreakdown):
+//       {assistantMessages, tokens: {input, output, cacheRead, cacheWrite, total}, cost,
+//       breakdown: [{key, cost, tokens}]}.
 //   node tests/pi/oracle.mjs --append FILE PARENT_ID TEXT [COUNT]
 //       Like Pi would: branch(PARENT_ID), then COUNT (default 1) user messages, each a child of
 //       the previous. Prints the new ids as a JSON list.
@@ -22,6 +28,11 @@
 // The package's top-level entry needs Node 22; this module works under Node 20.
 import { readFileSync } from "node:fs";
 import { SessionManager } from "../../node_modules/@earendil-works/pi-coding-agent/dist/core/session-manager.js";
+import {
+	addUsageToTotals,
+	createUsageTotals,
+	getUsageCostBreakdown,
+} from "../../node_modules/@earendil-works/pi-coding-agent/dist/core/usage-totals.js";
 
 function userText(content) {
 	if (typeof content === "string") return content;
@@ -228,6 +239,30 @@ function batch(listFile) {
 	return out;
 }
 
+// AgentSession.getSessionStats() of Pi 1.6 without an agent: its loop over the entries,
+// as dist/core/agent-session.js has it, with Pi's own totals.
+function usageOf(file) {
+	const entries = SessionManager.open(file).getEntries();
+	const totals = createUsageTotals();
+	let assistantMessages = 0;
+	for (const entry of entries) {
+		if (entry.type === "usage") addUsageToTotals(totals, entry.usage);
+		else if ((entry.type === "branch_summary" || entry.type === "compaction") && entry.usage)
+			addUsageToTotals(totals, entry.usage);
+		if (entry.type !== "message") continue;
+		if (entry.message.role === "toolResult" && entry.message.usage)
+			addUsageToTotals(totals, entry.message.usage);
+		else if (entry.message.role === "assistant") {
+			assistantMessages++;
+			addUsageToTotals(totals, entry.message.usage);
+		}
+	}
+	const { input, output, cacheRead, cacheWrite, cost } = totals;
+	const total = input + output + cacheRead + cacheWrite;
+	const tokens = { input, output, cacheRead, cacheWrite, total };
+	return { assistantMessages, tokens, cost, breakdown: getUsageCostBreakdown(entries) };
+}
+
 function append(file, parentId, text, count = 1) {
 	const sm = SessionManager.open(file);
 	sm.branch(parentId);
@@ -246,12 +281,15 @@ function append(file, parentId, text, count = 1) {
 
 const args = process.argv.slice(2);
 const usage =
-	"usage: oracle.mjs FILE | oracle.mjs --batch LISTFILE | oracle.mjs --append FILE PARENT_ID TEXT [COUNT]";
+	"usage: oracle.mjs FILE | oracle.mjs --batch LISTFILE | oracle.mjs --usage FILE | oracle.mjs --append FILE PARENT_ID TEXT [COUNT]";
 let result;
 try {
 	if (args[0] === "--batch") {
 		if (args.length !== 2) throw new Error(usage);
 		result = batch(args[1]);
+	} else if (args[0] === "--usage") {
+		if (args.length !== 2) throw new Error(usage);
+		result = usageOf(args[1]);
 	} else if (args[0] === "--append") {
 		if (args.length < 4 || args.length > 5) throw new Error(usage);
 		result = append(args[1], args[2], args[3], args[4] === undefined ? 1 : Number(args[4]));

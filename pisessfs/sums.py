@@ -1,0 +1,104 @@
+"""The store's side of ``usage/``: what each session file's usage gave, by UTC day and model
+(table ``usage``), and the file as it was counted (``usage_files``: its stat, the offset
+counted to, its project); the sums ``usage.py`` shows are SQL sums of these rows.
+
+Rows of another root (two mounts may share the cache folder) are left alone; rows made by
+other code are counted again. It is a plain table: ``usage.Usage`` decides what to count.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING
+
+import orjson
+
+from .database import key, path_of
+from .store import text_in, text_out
+from .usage import ROOT_PROJECT, Seen, Sums, Table
+
+if TYPE_CHECKING:
+    from .store import DiskStore
+
+#: The rows of each file of ``usage/``: its key columns, and the SQL that makes them.
+_KEYS = {
+    "daily.csv": (("date",), "u.day"),
+    "monthly.csv": (("month",), "substr(u.day, 1, 7)"),
+    "projects.csv": (("project",), "json_extract(f.seen, '$[5]')"),
+    "models.csv": (("provider", "model"), "u.model"),
+}
+_SUMS = "sum(messages), sum(input), sum(output), sum(cache_read), sum(cache_write), sum(cost)"
+
+
+class UsageTable:
+    """The usage rows of one sessions root, in the store."""
+
+    def __init__(self, store: DiskStore) -> None:
+        self.store, self.scope = store, key(store.scope)
+
+    def seen(self) -> dict[str, Seen]:
+        """Each file of this root as it was counted, by this code."""
+        rows = self.store.query(
+            "SELECT path, mark, seen FROM usage_files WHERE scope = ?", (self.scope,)
+        )
+        out = {}
+        for path, mark, seen in rows:
+            was = orjson.loads(seen)
+            if mark == self.store.mark and isinstance(was, list) and len(was) == 6:
+                dev, ino, size, mtime_ns, offset, project = was
+                out[path_of(path)] = Seen(dev, ino, size, mtime_ns, offset, text_in(project))
+        return out
+
+    def put(self, path: str, seen: Seen, sums: Sums, fresh: bool) -> None:
+        """Add what ``path`` gave since it was counted (``fresh``: counted from its start,
+        its old rows go)."""
+        at = key(path)
+        row = orjson.dumps(
+            [seen.dev, seen.ino, seen.size, seen.mtime_ns, seen.offset, text_out(seen.project)]
+        ).decode()
+        values = [(at, day, model, *map(int, v[:5]), v[5]) for (day, model), v in sums.items()]
+
+        def write(db: sqlite3.Connection) -> None:
+            if fresh:
+                db.execute("DELETE FROM usage WHERE path = ?", (at,))
+            db.executemany(
+                "INSERT INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET"
+                " messages = messages + excluded.messages, input = input + excluded.input,"
+                " output = output + excluded.output,"
+                " cache_read = cache_read + excluded.cache_read,"
+                " cache_write = cache_write + excluded.cache_write, cost = cost + excluded.cost",
+                values,
+            )
+            db.execute(
+                "INSERT OR REPLACE INTO usage_files VALUES (?, ?, ?, ?, ?)",
+                (at, self.scope, self.store.mark, row, len(values)),
+            )
+
+        self.store.run(write, f"usage of {path}")
+
+    def forget(self, paths: list[str]) -> None:
+        """Sessions gone: their rows go."""
+        keys = [(key(p),) for p in paths]
+
+        def write(db: sqlite3.Connection) -> None:
+            db.executemany("DELETE FROM usage WHERE path = ?", keys)
+            db.executemany("DELETE FROM usage_files WHERE path = ?", keys)
+
+        self.store.run(write, "usage of sessions gone")
+
+    def table(self, name: str) -> Table:
+        """The rows of file ``name`` of ``usage/``, oldest (or by name) first."""
+        keys, column = _KEYS[name]
+        rows = self.store.query(
+            f"SELECT {column}, {_SUMS} FROM usage u JOIN usage_files f ON f.path = u.path"
+            f" WHERE f.scope = ? AND f.mark = ? GROUP BY {column} ORDER BY {column}",
+            (self.scope, self.store.mark),
+        )
+        out = []
+        for got, *values in rows:
+            shown = str(got) if got is not None else ROOT_PROJECT
+            if name == "projects.csv":
+                shown = text_in(got) if isinstance(got, str) else ROOT_PROJECT  # (a file name)
+            cells = tuple(shown.split("/", 1)) if len(keys) == 2 else (shown,)
+            out.append((cells if len(cells) == len(keys) else (shown, ""), list(values)))
+        return Table(keys, out)

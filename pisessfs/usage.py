@@ -1,0 +1,333 @@
+"""Tokens and cost, summed the way people ask about them (DESIGN "Usage"): ``usage/`` holds
+``daily.csv``, ``monthly.csv``, ``projects.csv``, ``models.csv`` and ``usage.md``.
+
+Each entry is counted once, however many branches share it, as Pi 1.6 counts a session's
+totals (``AgentSession.getSessionStats`` over every entry of the file, and
+``getUsageCostBreakdown`` for the model of each): the ``usage`` of assistant messages, of tool
+results that carry one, of ``usage`` entries, and of compactions and branch summaries that
+carry one; ``messages`` counts assistant messages. A model row is keyed as Pi keys it:
+provider and ``responseModel``, else ``model``; a ``usage`` entry by its own provider and
+model; the rest under ``Tools/summaries``. An entry's day is its timestamp's UTC date.
+
+No session is parsed for it: each file is scanned line by line (only the lines that can hold
+a usage or an assistant message are decoded), from the offset reached the last time (the
+files only grow), and what each file gave is kept in the store (``usage`` and
+``usage_files``), where SQL sums it. A value of the wrong type counts as 0 (Pi would count
+NaN).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import math
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .files import Unreadable
+from .jsonl import decode_line
+from .model import iso_ms, parse_ts_ms
+
+#: The files of ``usage/``, in listing order.
+FILES = ("daily.csv", "monthly.csv", "projects.csv", "models.csv", "usage.md")
+#: The columns after a row's key columns.
+COLUMNS = ("messages", "input", "output", "cache_read", "cache_write", "total_tokens", "cost")
+TOOLS = "Tools/summaries"  # Pi's key for usage no model answered
+ROOT_PROJECT = "."  # the project of a session lying in the sessions root itself
+#: Seconds between two looks at every session file's stat (a Pi append shows within 1 s).
+FRESH = 0.5
+_BLOCK = 4 << 20
+_BIG = 1 << 53  # a token count past this (only a hostile file has one) counts as 0
+_MARKS = (b"usage", b"assistant")  # a line with neither counts for nothing
+
+#: (day, model key) -> [messages, input, output, cache_read, cache_write, cost]
+Sums = dict[tuple[str, str], list[float]]
+
+
+@dataclass
+class Scanned:
+    """What the lines of one file from an offset gave: sums, and the offset after the last
+    whole line read."""
+
+    sums: Sums = field(default_factory=dict)
+    offset: int = 0
+
+
+def scan(read: Callable[[int, int], bytes], start: int, end: int) -> Scanned:
+    """The usage of the whole lines between ``start`` and ``end`` (``read(size, offset)``:
+    ``os.pread`` of the file). A line cut short at the end is left for the next scan."""
+    out = Scanned(offset=start)
+    rest, at = b"", start
+    while at < end:
+        block = read(min(_BLOCK, end - at), at)
+        if not block:
+            break
+        at += len(block)
+        lines = (rest + block).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            out.offset += len(line) + 1
+            if any(mark in line for mark in _MARKS):
+                count_line(out.sums, line)
+    return out
+
+
+def count_line(sums: Sums, line: bytes) -> None:
+    """Add what one line of a session file counts for (Pi's rules, above)."""
+    d, _ = decode_line(line.rstrip(b"\r"), deep=False)
+    if not isinstance(d, dict):
+        return
+    kind, usage, model, assistant = d.get("type"), None, None, False
+    if kind == "usage":
+        usage, model = d.get("usage"), f"{_text(d.get('provider'))}/{_text(d.get('model'))}"
+    elif kind in ("compaction", "branch_summary"):
+        usage, model = d.get("usage"), TOOLS
+    elif kind == "message":
+        msg = d.get("message")
+        role = msg.get("role") if isinstance(msg, dict) else None
+        if role == "assistant" and isinstance(msg, dict):
+            named = msg.get("responseModel")
+            named = named if named is not None else msg.get("model")
+            model = f"{_text(msg.get('provider'))}/{_text(named)}"
+            usage, assistant = msg.get("usage"), True
+        elif role == "toolResult" and isinstance(msg, dict):
+            usage, model = msg.get("usage"), TOOLS
+    if model is None or (not usage and not assistant):
+        return
+    # (a lone surrogate JSON may hold: stored and shown as "?", never an error)
+    model = model.encode("utf-8", "replace").decode("utf-8", "replace")
+    row = sums.setdefault((_day(d.get("timestamp")), model), [0, 0, 0, 0, 0, 0.0])
+    row[0] += assistant
+    if isinstance(usage, dict):
+        for i, name in enumerate(("input", "output", "cacheRead", "cacheWrite"), 1):
+            row[i] += _tokens(usage.get(name))
+        cost = usage.get("cost")
+        row[5] += _number(cost.get("total")) if isinstance(cost, dict) else 0.0
+
+
+def _text(value: object, depth: int = 0) -> str:
+    """A provider or model as Pi's template string writes it (``${x}``, JavaScript's
+    ``String(x)``; a field that is missing and one that is null both read ``undefined``
+    here: ``dict.get`` cannot tell them apart)."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return "undefined" if depth == 0 else ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() and abs(value) < 1e21 else repr(value)
+    if isinstance(value, list) and depth < 8:  # (an array: its items joined by commas)
+        return ",".join(_text(v, depth + 1) for v in value)
+    return "[object Object]"
+
+
+def _tokens(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if not math.isfinite(value) or abs(value) > _BIG:
+        return 0
+    return int(value)
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    number = float(value) if abs(value) < 1e300 else 0.0
+    return number if math.isfinite(number) else 0.0
+
+
+def _day(stamp: object) -> str:
+    ms = parse_ts_ms(stamp)
+    if ms is None:
+        return "unknown"
+    try:
+        day = iso_ms(ms)[:10]
+    except ValueError:
+        return "unknown"
+    return day if day[:1].isdigit() else "unknown"
+
+
+# -- the sums, made readable -------------------------------------------------------------------
+
+
+@dataclass
+class Table:
+    """Rows of sums by one key, oldest (or first) first: key columns, then :data:`COLUMNS`."""
+
+    keys: tuple[str, ...]
+    rows: list[tuple[tuple[str, ...], list[float]]]
+
+    def total(self) -> list[float]:
+        out = [0.0] * 6
+        for _, values in self.rows:
+            out = [a + b for a, b in zip(out, values, strict=True)]
+        return out
+
+
+def csv_text(table: Table) -> bytes:
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow([*table.keys, *COLUMNS])
+    for key, values in table.rows:
+        w.writerow([*key, *_cells(values)])
+    return out.getvalue().encode("utf-8", "surrogateescape")
+
+
+def _cells(values: list[float]) -> list[str]:
+    messages, inp, out, read, write, cost = values
+    ints = [int(messages), int(inp), int(out), int(read), int(write)]
+    return [*map(str, ints), str(sum(ints[1:])), f"{cost:.6f}"]
+
+
+def markdown(tables: dict[str, Table], sessions: int, unread: list[str]) -> bytes:
+    """``usage.md``: the tables as readable text, each with its total."""
+    lines = [f"# Usage of {sessions:,} session{'' if sessions == 1 else 's'}", ""]
+    titles = {
+        "daily.csv": "The last 31 days",
+        "monthly.csv": "Every month",
+        "projects.csv": "Every project",
+        "models.csv": "Every model",
+    }
+    for name, title in titles.items():
+        table = tables[name]
+        rows = table.rows[-31:] if name == "daily.csv" else table.rows
+        head = [*table.keys, *COLUMNS]
+        lines += [f"## {title}", "", _md_row(head), _md_row(["---"] * len(head))]
+        lines += [_md_row([*key, *_cells(values)]) for key, values in rows]
+        blank = [""] * (len(table.keys) - 1)
+        lines += [_md_row(["**total**", *blank, *_cells(table.total())]), ""]
+    if unread:
+        lines += ["Left out (their files cannot be read):", ""]
+        lines += [f"- {path}" for path in unread] + [""]
+    return "\n".join(lines).encode("utf-8", "surrogateescape")
+
+
+def _md_row(cells: Iterable[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+# -- the sums of every session, kept up to date --------------------------------------------
+
+
+@dataclass
+class Seen:
+    """A session file as the usage of it was last counted: its stat, up to ``offset``."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    offset: int
+    project: str
+
+
+class Usage:
+    """The usage of every session the mount shows, summed in the store.
+
+    ``sessions()`` lists them (path, project); ``table`` is the store's side (``UsageTable``
+    in ``store``). :meth:`step` is the work that brings the sums up to date (blocking: run off
+    the loop), :meth:`render` one file of ``usage/``."""
+
+    def __init__(
+        self,
+        sessions: Callable[[], list[tuple[str, str]]],
+        lstat: Callable[[str], os.stat_result],
+        opened: Callable[[str], int],
+        table: Any,
+    ) -> None:
+        self.sessions, self.lstat, self.opened, self.table = sessions, lstat, opened, table
+        self._checked = -math.inf  # (time.monotonic) of the last look at every file
+        self._lock = threading.Lock()  # one update at a time
+        self._made: dict[str, bytes] = {}  # the files as the sums are now
+        self.unread: list[str] = []
+        self.count = 0  # sessions counted
+        self.mode = 0o444  # what every session file lets read: no more of the sums
+        self.changed_ns = 0  # the newest session file's mtime: the sums are of then
+
+    def fresh(self) -> bool:
+        return time.monotonic() - self._checked < FRESH
+
+    def update(self) -> None:
+        """(Blocking.) Count what each session file gained since it was counted; forget the
+        sessions that are gone."""
+        with self._lock:
+            if self.fresh():
+                return
+            seen = self.table.seen()
+            now: dict[str, tuple[os.stat_result, str]] = {}
+            unread, mode, newest = [], 0o444, 0
+            for path, project in self.sessions():
+                try:
+                    st = self.lstat(path)
+                except (OSError, Unreadable):
+                    unread.append(path)
+                    continue
+                now[path] = (st, project)
+                mode &= stat.S_IMODE(st.st_mode)
+                newest = max(newest, st.st_mtime_ns)
+            changed = self._count(now, seen, unread)
+            gone = [p for p in seen if p not in now]
+            if gone:
+                self.table.forget(gone)
+            moved = changed or gone or unread != self.unread or len(now) != self.count
+            self.unread, self.mode, self.count = unread, mode, len(now)
+            if moved or not self._made:
+                # (made here, in the worker: summing a year of sessions is no work for the loop)
+                self._made = self._render()
+            self.changed_ns = newest
+            self._checked = time.monotonic()
+
+    def _count(
+        self,
+        now: dict[str, tuple[os.stat_result, str]],
+        seen: dict[str, Seen],
+        unread: list[str],
+    ) -> bool:
+        """Count each file whose stat moved on since; whether any did."""
+        changed = False
+        for path, (st, project) in now.items():
+            was = seen.get(path)
+            if was is not None and (was.size, was.mtime_ns) == (st.st_size, st.st_mtime_ns):
+                continue
+            grown = (
+                was is not None
+                and (was.dev, was.ino) == (st.st_dev, st.st_ino)
+                and st.st_size >= was.offset
+            )
+            start = was.offset if grown and was is not None else 0
+            try:
+                fd = self.opened(path)
+            except (OSError, Unreadable):
+                unread.append(path)
+                continue
+            try:
+                got = scan(functools.partial(os.pread, fd), start, st.st_size)
+            except OSError:
+                unread.append(path)
+                continue
+            finally:
+                os.close(fd)
+            mark = Seen(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, got.offset, project)
+            self.table.put(path, mark, got.sums, fresh=not grown)
+            changed = True
+        return changed
+
+    def render(self, name: str) -> bytes:
+        """File ``name`` of ``usage/`` as the last :meth:`update` made it."""
+        made = self._made.get(name)
+        return made if made is not None else self._render()[name]
+
+    def _render(self) -> dict[str, bytes]:
+        tables = {n: self.table.table(n) for n in FILES[:4]}
+        made = {n: csv_text(t) for n, t in tables.items()}
+        made["usage.md"] = markdown(tables, self.count, self.unread)
+        return made

@@ -1,0 +1,244 @@
+"""``usage/`` (DESIGN "Usage"): tokens and cost by day, month, project and model, each entry
+counted once, equal to a sum over the raw files and to what the real Pi counts."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import shutil
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pisessfs import usage
+from pisessfs.sessions import Store
+from tests import damaged
+from tests.conftest import fixture_files, mounted, pi, wait_for
+from tests.driven import Driven
+
+FILES = ["daily.csv", "monthly.csv", "projects.csv", "models.csv", "usage.md"]
+
+
+def rows(text: bytes) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(text.decode())))
+
+
+def raw_sums(files: list[Path]) -> dict[str, dict[str, float]]:
+    """Sums over the raw files, the plain way: every line, Pi's rules, by key."""
+    out: dict[str, dict[str, float]] = {}
+    by: dict[str, defaultdict[str, float]] = {k: defaultdict(float) for k in ("day", "model")}
+    for f in files:
+        for line in f.read_bytes().splitlines():
+            try:
+                d = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(d, dict):
+                continue
+            got = d.get("message")
+            msg: dict[str, Any] = got if isinstance(got, dict) else {}
+            role = msg.get("role")
+            if d.get("type") == "usage":
+                u, key = d.get("usage"), f"{d.get('provider')}/{d.get('model')}"
+            elif d.get("type") in ("compaction", "branch_summary") and d.get("usage"):
+                u, key = d["usage"], usage.TOOLS
+            elif d.get("type") == "message" and role == "assistant":
+                model = msg.get("responseModel") or msg.get("model")
+                u, key = msg.get("usage"), f"{msg.get('provider')}/{model}"
+                by["model"][key + "#messages"] += 1
+            elif d.get("type") == "message" and role == "toolResult" and msg.get("usage"):
+                u, key = msg["usage"], usage.TOOLS
+            else:
+                continue
+            if not isinstance(u, dict):
+                continue
+            tokens = sum(u.get(k, 0) for k in ("input", "output", "cacheRead", "cacheWrite"))
+            cost = u.get("cost", {}).get("total", 0)
+            by["model"][key] += tokens
+            by["model"][key + "#cost"] += cost
+            by["day"][str(d.get("timestamp", ""))[:10]] += tokens
+    for k, v in by.items():
+        out[k] = dict(v)
+    return out
+
+
+def copies(tmp_path: Path) -> Path:
+    """Every Pi-written session, in project folders (Pi may rewrite a v1 file it opens)."""
+    root = tmp_path / "sessions"
+    for f in fixture_files():
+        project = f.parent.name if f.parent.name.startswith("--") else "--fixtures--"
+        (root / project).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, root / project / f.name)
+    return root
+
+
+def read(v: Driven, name: str) -> bytes:
+    return v.content(v.lookup(v.lookup(1, "usage").ino, name).ino)
+
+
+def test_each_line_counts_as_pi_counts_it_and_a_bad_value_counts_as_nothing() -> None:
+    sums: usage.Sums = {}
+    at = "2026-03-02T09:14:05.120Z"
+    u = {"input": 10, "output": 5, "cacheRead": 100, "cacheWrite": 1, "cost": {"total": 0.5}}
+    lines: list[dict[str, Any]] = [
+        {
+            "type": "message",
+            "timestamp": at,
+            "message": {
+                "role": "assistant",
+                "provider": "p",
+                "model": "m",
+                "responseModel": "m2",
+                "usage": u,
+            },
+        },
+        {
+            "type": "message",
+            "timestamp": at,
+            "message": {"role": "assistant", "provider": "p", "model": "m"},
+        },  # no usage: a message all the same
+        {"type": "message", "timestamp": at, "message": {"role": "toolResult", "usage": u}},
+        {"type": "usage", "timestamp": at, "provider": "q", "model": "n", "usage": u},
+        {"type": "compaction", "timestamp": "2026-03-03T00:00:00Z", "usage": u},
+        {"type": "branch_summary", "timestamp": at},  # no usage: nothing
+        {"type": "message", "timestamp": at, "message": {"role": "user", "content": "usage"}},
+        {
+            "type": "message",
+            "timestamp": "not a time",
+            "message": {
+                "role": "assistant",
+                "provider": "p",
+                "model": "m",
+                "usage": {"input": "9", "output": True, "cacheRead": 1e300, "cost": {"total": "1"}},
+            },
+        },
+    ]
+    for d in lines:
+        usage.count_line(sums, json.dumps(d).encode())
+    usage.count_line(sums, b'{"type":"usage","usage":')  # cut short: nothing
+    lone = b'{"type":"usage","provider":"\\ud800","model":"m","usage":{"input":1}}'
+    usage.count_line(sums, lone)  # a lone surrogate JSON may hold: shown as "?"
+    assert sums.pop(("unknown", "?/m"), None) == [0, 1, 0, 0, 0, 0.0]
+    usage.count_line(sums, b"[" * 100_000)  # nested past any parser's depth: nothing
+    assert sums[("2026-03-02", "p/m2")] == [1, 10, 5, 100, 1, 0.5]
+    assert sums[("2026-03-02", "p/m")] == [1, 0, 0, 0, 0, 0.0]
+    assert sums[("2026-03-02", usage.TOOLS)] == [0, 10, 5, 100, 1, 0.5]
+    assert sums[("2026-03-02", "q/n")] == [0, 10, 5, 100, 1, 0.5]
+    assert sums[("2026-03-03", usage.TOOLS)] == [0, 10, 5, 100, 1, 0.5]
+    assert sums[("unknown", "p/m")] == [1, 0, 0, 0, 0, 0.0]  # bad values: counted as 0
+    assert len(sums) == 6
+
+
+def test_a_scan_from_where_the_last_ended_adds_up_to_a_whole_scan(tmp_path: Path) -> None:
+    f = next(p for p in fixture_files() if p.name == "pi-v1-large-session.jsonl")
+    data = f.read_bytes()
+    whole = usage.scan(lambda n, off: data[off : off + n], 0, len(data))
+    cut = len(data) // 3  # (the middle of a line)
+    first = usage.scan(lambda n, off: data[off : off + n], 0, cut)
+    assert first.offset <= cut and data[first.offset - 1 : first.offset] == b"\n"
+    rest = usage.scan(lambda n, off: data[off : off + n], first.offset, len(data))
+    summed: usage.Sums = {k: list(v) for k, v in first.sums.items()}
+    for k, v in rest.sums.items():
+        summed[k] = [a + b for a, b in zip(summed.get(k, [0] * 6), v, strict=True)]
+    assert summed.keys() == whole.sums.keys() and rest.offset == whole.offset == len(data)
+    for k in whole.sums:
+        assert summed[k][:5] == whole.sums[k][:5] and math.isclose(summed[k][5], whole.sums[k][5])
+
+
+@pytest.mark.pi
+def test_usage_equals_the_raw_files_and_what_the_real_pi_counts(tmp_path: Path) -> None:
+    """Each file of ``usage/`` on the fixtures and examples: its totals are a sum over the
+    raw files, and per model what Pi's own ``getUsageCostBreakdown`` gives, summed over the
+    sessions; the sessions' totals are what Pi's footer shows (``getSessionStats``)."""
+    root = copies(tmp_path)
+    files = sorted(root.rglob("*.jsonl"))
+    raw = raw_sums(files)
+    v = Driven(Store(str(root)))
+    assert [n for n, _ in v.children(v.lookup(1, "usage").ino)] == FILES
+    models = rows(read(v, "models.csv"))
+    daily = rows(read(v, "daily.csv"))
+    total_tokens = sum(int(r["total_tokens"]) for r in daily)
+    assert total_tokens == sum(raw["day"].values()) > 0
+    for r in models:
+        key = f"{r['provider']}/{r['model']}"
+        assert int(r["total_tokens"]) == raw["model"].get(key, 0), key
+        assert int(r["messages"]) == raw["model"].get(key + "#messages", 0), key
+        assert math.isclose(float(r["cost"]), raw["model"].get(key + "#cost", 0), abs_tol=1e-5)
+    # the real Pi, session by session, with its own code (a copy: it may migrate a v1 file)
+    pi_tokens, pi_cost, pi_messages = 0, 0.0, 0
+    by_model: defaultdict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for f in files:
+        copy = tmp_path / "pi" / f.name
+        copy.parent.mkdir(exist_ok=True)
+        shutil.copyfile(f, copy)
+        got = pi("--usage", str(copy))
+        pi_tokens += got["tokens"]["total"]
+        pi_cost += got["cost"]
+        pi_messages += got["assistantMessages"]
+        for b in got["breakdown"]:
+            by_model[b["key"]][0] += b["tokens"]
+            by_model[b["key"]][1] += b["cost"]
+    assert total_tokens == pi_tokens
+    assert sum(int(r["messages"]) for r in daily) == pi_messages
+    assert math.isclose(sum(float(r["cost"]) for r in daily), pi_cost, abs_tol=1e-4)
+    shown = {f"{r['provider']}/{r['model']}": r for r in models}
+    for key, (tokens, cost) in by_model.items():  # (Pi leaves out a model of 0 tokens, $0)
+        assert int(shown[key]["total_tokens"]) == tokens, key
+        assert math.isclose(float(shown[key]["cost"]), cost, abs_tol=1e-5), key
+    # a month is its days; a project, its sessions
+    monthly = rows(read(v, "monthly.csv"))
+    assert sum(int(r["total_tokens"]) for r in monthly) == total_tokens
+    projects = rows(read(v, "projects.csv"))
+    assert {r["project"] for r in projects} <= {p.name.strip("-") for p in root.iterdir()}
+    assert sum(int(r["total_tokens"]) for r in projects) == total_tokens
+    md = read(v, "usage.md").decode()
+    assert md.startswith(f"# Usage of {len(files)} sessions") and "## Every model" in md
+
+
+@pytest.mark.fuse
+def test_usage_on_a_mount_follows_an_append_and_leaves_out_what_others_may_not_read(
+    tmp_path: Path,
+) -> None:
+    """``ls usage/`` lists its five files; ``cat`` reads the sums; a line Pi appends shows
+    in them (within a second: every stat asks); a glob over sessions meets each once."""
+    root = copies(tmp_path)
+    files = sorted(root.rglob("*.jsonl"))
+    with mounted(root) as m:
+        assert sorted(os.listdir(m.path / "usage")) == sorted(FILES)
+        assert len(list(m.path.glob("*/*/session.json"))) == len(files)  # latest: not again
+        before = rows((m.path / "usage" / "models.csv").read_bytes())
+        assert os.stat(m.path / "usage" / "daily.csv").st_size == len(
+            (m.path / "usage" / "daily.csv").read_bytes()
+        )
+        u = {"input": 7, "output": 3, "cacheRead": 0, "cacheWrite": 0, "cost": {"total": 1.25}}
+        line = {
+            "type": "message",
+            "id": "feedface",
+            "parentId": None,
+            "timestamp": "2027-01-05T10:00:00.000Z",
+            "message": {"role": "assistant", "provider": "zz", "model": "new", "usage": u},
+        }
+        with open(files[0], "ab") as f:
+            f.write(damaged.line(line))
+
+        def shown() -> bool:
+            models = rows((m.path / "usage" / "models.csv").read_bytes())
+            return any(r["provider"] == "zz" and r["total_tokens"] == "10" for r in models)
+
+        wait_for(shown, 5, "the appended usage in models.csv")
+        daily = (m.path / "usage" / "daily.csv").read_text()
+        assert "2027-01-05,1,7,3,0,0,10,1.250000" in daily
+        assert len(rows((m.path / "usage" / "models.csv").read_bytes())) == len(before) + 1
+        assert oct(os.stat(m.path / "usage" / "usage.md").st_mode & 0o777) == "0o444"
+        os.chmod(files[1], 0o600)  # one others may not read: neither may they the sums
+        wait_for(
+            lambda: os.stat(m.path / "usage" / "usage.md").st_mode & 0o777 == 0o400,
+            5,
+            "the sums' mode to follow",
+        )
+    assert m.proc.returncode == 0
