@@ -243,11 +243,11 @@ class Ahead:
             ).fetchall():
                 first = text * CHUNKS
                 last = first + (PREFETCH - 1) // CHUNK
-                # (the bytes themselves, read by SQLite without the GIL: length() alone
-                # reads no page of a blob)
+                # (the bytes themselves, every page of each chunk, read by SQLite without
+                # the GIL: length() alone reads no page of a blob, and substr() of its first
+                # byte only its first page)
                 (got,) = db.execute(
-                    "SELECT sum(length(substr(data, 1, 1)) * length(data)) FROM chunks"
-                    " WHERE id BETWEEN ? AND ?",
+                    "SELECT sum(length(data || x'')) FROM chunks WHERE id BETWEEN ? AND ?",
                     (first, last),
                 ).fetchone()
                 budget -= got or 0
