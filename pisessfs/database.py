@@ -57,7 +57,8 @@ CREATE TABLE IF NOT EXISTS usage_files (  -- what each session file's usage was 
     path BLOB PRIMARY KEY,
     scope BLOB NOT NULL,
     mark TEXT NOT NULL,
-    seen TEXT NOT NULL,      -- [dev, ino, size, mtime_ns, offset counted to, project] (JSON)
+    seen TEXT NOT NULL,      -- [dev, ino, size, mtime_ns, offset counted to, project,
+                             --  checksum of the 4 KiB before the offset] (JSON)
     n INTEGER NOT NULL       -- (its rows in usage)
 );
 CREATE TABLE IF NOT EXISTS usage (  -- what it gave: sums by UTC day and model (usage.py)

@@ -44,9 +44,10 @@ class UsageTable:
         out = {}
         for path, mark, seen in rows:
             was = orjson.loads(seen)
-            if mark == self.store.mark and isinstance(was, list) and len(was) == 6:
-                dev, ino, size, mtime_ns, offset, project = was
-                out[path_of(path)] = Seen(dev, ino, size, mtime_ns, offset, text_in(project))
+            if mark == self.store.mark and isinstance(was, list) and len(was) == 7:
+                dev, ino, size, mtime_ns, offset, project, tail = was
+                shown = text_in(project)
+                out[path_of(path)] = Seen(dev, ino, size, mtime_ns, offset, shown, tail)
         return out
 
     def put(self, path: str, seen: Seen, sums: Sums, fresh: bool) -> None:
@@ -54,7 +55,10 @@ class UsageTable:
         its old rows go)."""
         at = key(path)
         row = orjson.dumps(
-            [seen.dev, seen.ino, seen.size, seen.mtime_ns, seen.offset, text_out(seen.project)]
+            [
+                *(seen.dev, seen.ino, seen.size, seen.mtime_ns, seen.offset),
+                *(text_out(seen.project), seen.tail),
+            ]
         ).decode()
         values = [(at, day, model, *map(int, v[:5]), v[5]) for (day, model), v in sums.items()]
 

@@ -26,9 +26,10 @@ import os
 import stat
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 from .files import Unreadable
 from .jsonl import decode_line
@@ -43,6 +44,7 @@ ROOT_PROJECT = "."  # the project of a session lying in the sessions root itself
 #: Seconds between two looks at every session file's stat (a Pi append shows within 1 s).
 FRESH = 0.5
 _BLOCK = 4 << 20
+TAIL = 4096  # bytes before the offset reached whose checksum says the file only grew
 _BIG = 1 << 53  # a token count past this (only a hostile file has one) counts as 0
 _MARKS = (b"usage", b"assistant")  # a line with neither counts for nothing
 
@@ -220,7 +222,9 @@ def _md_row(cells: Iterable[str]) -> str:
 
 @dataclass
 class Seen:
-    """A session file as the usage of it was last counted: its stat, up to ``offset``."""
+    """A session file as the usage of it was last counted: its stat, up to ``offset``, and
+    a checksum of the bytes before it (a file rewritten in place, Pi's migration of an old
+    one, is counted anew however it grew)."""
 
     dev: int
     ino: int
@@ -228,21 +232,37 @@ class Seen:
     mtime_ns: int
     offset: int
     project: str
+    tail: int = 0
+
+
+class Counted(Protocol):
+    """Where what each file gave is kept (``sums.UsageTable``, in the store)."""
+
+    def seen(self) -> dict[str, Seen]: ...
+    def put(self, path: str, seen: Seen, sums: Sums, fresh: bool) -> None: ...
+    def forget(self, paths: list[str]) -> None: ...
+    def table(self, name: str) -> Table: ...
+
+
+def _tail(fd: int, offset: int) -> int:
+    """The checksum of the :data:`TAIL` bytes before ``offset``."""
+    start = max(0, offset - TAIL)
+    return zlib.crc32(os.pread(fd, offset - start, start))
 
 
 class Usage:
     """The usage of every session the mount shows, summed in the store.
 
-    ``sessions()`` lists them (path, project); ``table`` is the store's side (``UsageTable``
-    in ``store``). :meth:`step` is the work that brings the sums up to date (blocking: run off
-    the loop), :meth:`render` one file of ``usage/``."""
+    ``sessions()`` lists them (path, project); ``table`` is the store's side. :meth:`update`
+    is the work that brings the sums up to date (blocking: run off the loop), :meth:`render`
+    one file of ``usage/``."""
 
     def __init__(
         self,
         sessions: Callable[[], list[tuple[str, str]]],
         lstat: Callable[[str], os.stat_result],
         opened: Callable[[str], int],
-        table: Any,
+        table: Counted,
     ) -> None:
         self.sessions, self.lstat, self.opened, self.table = sessions, lstat, opened, table
         self._checked = -math.inf  # (time.monotonic) of the last look at every file
@@ -303,21 +323,23 @@ class Usage:
                 and (was.dev, was.ino) == (st.st_dev, st.st_ino)
                 and st.st_size >= was.offset
             )
-            start = was.offset if grown and was is not None else 0
             try:
                 fd = self.opened(path)
             except (OSError, Unreadable):
                 unread.append(path)
                 continue
             try:
+                grown = grown and was is not None and _tail(fd, was.offset) == was.tail
+                start = was.offset if grown and was is not None else 0
                 got = scan(functools.partial(os.pread, fd), start, st.st_size)
+                tail = _tail(fd, got.offset)
             except OSError:
                 unread.append(path)
                 continue
             finally:
                 os.close(fd)
-            mark = Seen(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, got.offset, project)
-            self.table.put(path, mark, got.sums, fresh=not grown)
+            at = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, got.offset)
+            self.table.put(path, Seen(*at, project, tail), got.sums, fresh=not grown)
             changed = True
         return changed
 

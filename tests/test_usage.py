@@ -242,3 +242,35 @@ def test_usage_on_a_mount_follows_an_append_and_leaves_out_what_others_may_not_r
             "the sums' mode to follow",
         )
     assert m.proc.returncode == 0
+
+
+def test_a_file_that_grew_is_counted_from_where_it_was_and_one_rewritten_anew(
+    tmp_path: Path,
+) -> None:
+    """Appended lines are added to what a file gave; a file rewritten in place (Pi migrates
+    an old one so, on the same inode) is counted anew, however it grew. (The files are
+    looked at twice a second at most: the sums follow within ``usage.FRESH``.)"""
+    (tmp_path / "--p--").mkdir()
+    f = tmp_path / "--p--" / "s.jsonl"
+
+    def turn(n: int, tokens: int) -> bytes:
+        u = {"input": tokens, "output": 0, "cacheRead": 0, "cacheWrite": 0, "cost": {"total": 0}}
+        msg = {"role": "assistant", "provider": "p", "model": "m", "usage": u}
+        at = "2026-03-02T09:00:00.000Z"
+        return damaged.line({"type": "message", "id": f"{n:08x}", "timestamp": at, "message": msg})
+
+    f.write_bytes(damaged.line(damaged.HEADER) + turn(1, 10) + turn(2, 20))
+    v = Driven(Store(str(tmp_path)))
+
+    def tokens() -> list[str]:
+        return [r["input"] for r in rows(read(v, "models.csv"))]
+
+    assert tokens() == ["30"]
+    with f.open("ab") as out:
+        out.write(turn(3, 5))
+    wait_for(lambda: tokens() == ["35"], 5, "the appended line counted")
+    with f.open("r+b") as again:  # the same inode, other bytes, longer
+        again.write(
+            damaged.line(damaged.HEADER) + turn(1, 1000) + turn(2, 1) + turn(3, 1) + turn(4, 1)
+        )
+    wait_for(lambda: tokens() == ["1003"], 5, "the rewritten file counted anew")
