@@ -29,7 +29,9 @@ import time
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
+
+import msgspec
 
 from .files import Unreadable
 from .jsonl import decode_line
@@ -80,10 +82,49 @@ def scan(read: Callable[[int, int], bytes], start: int, end: int) -> Scanned:
     return out
 
 
+class _Message(msgspec.Struct):
+    """What usage needs of a line's ``message``."""
+
+    role: Any = None
+    provider: Any = None
+    model: Any = None
+    responseModel: Any = None  # noqa: N815 (Pi's name)
+    usage: Any = None
+
+
+class _Line(msgspec.Struct):
+    """What usage needs of a line: the rest (a message's contents) is checked as JSON and
+    never built (the first count of a year of sessions is mostly decoding)."""
+
+    type: Any = None
+    timestamp: Any = None
+    provider: Any = None
+    model: Any = None
+    usage: Any = None
+    message: _Message | None = None
+
+
+_skim = msgspec.json.Decoder(_Line).decode
+
+
+def _decoded(line: bytes) -> dict[str, Any] | None:
+    """The fields of a line usage reads (a line of other shapes: decoded whole, as Pi would
+    read it)."""
+    try:
+        got = _skim(line)
+    except msgspec.MsgspecError:
+        d, _ = decode_line(line, deep=False)
+        return d if isinstance(d, dict) else None
+    d = msgspec.structs.asdict(got)
+    if got.message is not None:
+        d["message"] = msgspec.structs.asdict(got.message)
+    return d
+
+
 def count_line(sums: Sums, line: bytes) -> None:
     """Add what one line of a session file counts for (Pi's rules, above)."""
-    d, _ = decode_line(line.rstrip(b"\r"), deep=False)
-    if not isinstance(d, dict):
+    d = _decoded(line.rstrip(b"\r"))
+    if d is None:
         return
     kind, usage, model, assistant = d.get("type"), None, None, False
     if kind == "usage":

@@ -71,6 +71,8 @@ class WarmUp:
                 made = await self._warm_one(key, indexing)
                 had, done = had + (made is None), done + bool(made)
             else:
+                self.state = f"counting usage after {done} sessions"
+                await trio.to_thread.run_sync(self.view.usage().update)  # (usage/: counted too)
                 took = time.monotonic() - start
                 held = f" ({had} were in the disk cache)" if cache is not None else ""
                 rendered = "1 session" if done == 1 else f"{done} sessions"
