@@ -112,7 +112,7 @@ def _decoded(line: bytes) -> dict[str, Any] | None:
     read it)."""
     try:
         got = _skim(line)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, RecursionError):  # (nested thousands deep: a hostile line)
         d, _ = decode_line(line, deep=False)
         return d if isinstance(d, dict) else None
     d = msgspec.structs.asdict(got)

@@ -125,6 +125,8 @@ def test_each_line_counts_as_pi_counts_it_and_a_bad_value_counts_as_nothing() ->
     usage.count_line(sums, lone)  # a lone surrogate JSON may hold: shown as "?"
     assert sums.pop(("unknown", "?/m"), None) == [0, 1, 0, 0, 0, 0.0]
     usage.count_line(sums, b"[" * 100_000)  # nested past any parser's depth: nothing
+    deep = b'{"type":"usage","usage":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    usage.count_line(sums, deep)  # valid JSON, thousands deep: nothing, and no error
     assert sums[("2026-03-02", "p/m2")] == [1, 10, 5, 100, 1, 0.5]
     assert sums[("2026-03-02", "p/m")] == [1, 0, 0, 0, 0, 0.0]
     assert sums[("2026-03-02", usage.TOOLS)] == [0, 10, 5, 100, 1, 0.5]
