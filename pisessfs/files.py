@@ -21,7 +21,7 @@ import os
 import stat
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -311,3 +311,23 @@ class _Pooled:
         self.retired = True
         if self.refs == 0:
             os.close(self.fd)
+
+
+def whole_lines(
+    read: Callable[[int, int], bytes], start: int, end: int, block: int, first: int = 0
+) -> Iterator[tuple[bytes, int]]:
+    """The whole lines of a file between ``start`` and ``end`` (``read(size, offset)``: its
+    ``os.pread``), read ``block`` bytes at a time (``first`` bytes the first time), each
+    with the offset just after its newline; a line cut short at ``end`` is not one."""
+    rest, at, size = b"", start, first or block
+    done = start  # (the offset after the last line handed out)
+    while at < end:
+        chunk = read(min(size, end - at), at)
+        if not chunk:
+            return
+        at, size = at + len(chunk), block
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            done += len(line) + 1
+            yield line, done

@@ -16,11 +16,13 @@ Also what else the head says that a folder shows without parsing: the working di
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, replace
 from typing import Any
 
 from . import render
+from .files import whole_lines
 from .jsonl import decode_line
 from .model import iso_ms, parse_ts_ms
 from .names import id_name
@@ -32,6 +34,8 @@ _NAME_LINE = 64 << 10  # a session_info line longer than this is no name (a host
 _NEEDLE = b"session_info"
 _CHUNK = 64 << 10
 _FIRST = 8 << 10  # (most heads end within it: splitting 64 KiB was a third of a head)
+#: What is read of a head at most: whole chunks until :data:`HEAD_BYTES` is reached.
+_HEAD_READ = _FIRST + -(-(HEAD_BYTES - _FIRST) // _CHUNK) * _CHUNK
 SLUG_CHARS = 40
 
 
@@ -54,22 +58,14 @@ def read_head(fd: int, stem: str, slug: bool = True) -> Head:
     nothing of the first message (a file some who can list its folder may not read)."""
     header: dict[str, Any] | None = None
     text: str | None = None
-    offset, rest = 0, b""
-    while offset < HEAD_BYTES and text is None:
-        chunk = os.pread(fd, _CHUNK if offset else _FIRST, offset)
-        if not chunk:
+    for raw, _ in whole_lines(functools.partial(os.pread, fd), 0, _HEAD_READ, _CHUNK, _FIRST):
+        d = _object(raw)
+        if header is None:
+            header = d if d is not None else {}
+            continue
+        if d is not None and _is_user_message(d):
+            text = render.content_text(render.message_of(d).get("content"))
             break
-        offset += len(chunk)
-        lines = (rest + chunk).split(b"\n")
-        rest = lines.pop()
-        for raw in lines:
-            d = _object(raw)
-            if header is None:
-                header = d if d is not None else {}
-                continue
-            if d is not None and _is_user_message(d):
-                text = render.content_text(render.message_of(d).get("content"))
-                break
     if slug and header is not None:
         named = last_name(fd, os.fstat(fd).st_size)
         text = named if named is not None else text

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from .files import Unreadable
+from .files import Unreadable, whole_lines
 from .jsonl import decode_line
 from .model import iso_ms, parse_ts_ms
 
@@ -67,18 +67,9 @@ def scan(read: Callable[[int, int], bytes], start: int, end: int) -> Scanned:
     """The usage of the whole lines between ``start`` and ``end`` (``read(size, offset)``:
     ``os.pread`` of the file). A line cut short at the end is left for the next scan."""
     out = Scanned(offset=start)
-    rest, at = b"", start
-    while at < end:
-        block = read(min(_BLOCK, end - at), at)
-        if not block:
-            break
-        at += len(block)
-        lines = (rest + block).split(b"\n")
-        rest = lines.pop()
-        for line in lines:
-            out.offset += len(line) + 1
-            if any(mark in line for mark in _MARKS):
-                count_line(out.sums, line)
+    for line, out.offset in whole_lines(read, start, end, _BLOCK):
+        if any(mark in line for mark in _MARKS):
+            count_line(out.sums, line)
     return out
 
 
