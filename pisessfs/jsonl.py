@@ -448,8 +448,12 @@ class Parser:
     ``harness_info`` (lanes and where they point, the name, labels, line counts).
     """
 
-    def __init__(self, path: str = "") -> None:
+    def __init__(
+        self, path: str = "", each: Callable[[bytes, Entry | None], None] | None = None
+    ) -> None:
         self.path = path
+        # told every whole line, as read, with the entry it made (the usage count: ``usage``)
+        self.each = each
         self.offset = 0  # bytes consumed: always just after a newline
         self.lines = 0  # complete lines consumed
         self._header: Header | None = None
@@ -476,6 +480,8 @@ class Parser:
         pending = self._pending
         find = data.find
         fast = self._fast
+        each = self.each
+        entries = self.entries
         at = 0
         line = self.lines
         # Line by line (not split()): each line's copy is freed at once, so a big file never
@@ -488,8 +494,11 @@ class Parser:
             pending = b""
             line += 1
             self.lines = line  # (the slow path reads it)
+            made = len(entries)
             if not fast(raw, line, start, pos - 1):
                 self._line(raw, line, start, pos - 1)
+            if each is not None:
+                each(raw, entries[-1] if len(entries) > made else None)
             at = nl + 1
         tail = pending + data[at:] if pending else data[at:]
         self._pending = tail  # after the last newline: b"" or a line still being written

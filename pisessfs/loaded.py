@@ -16,6 +16,7 @@ import gc
 import logging
 import os
 import threading
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from .jsonl import Parser, Stats, decode_line
 from .kind import Kind
 from .model import Entry, Problem
 from .tree import Index, NeedsRebuild
+from .usage import TAIL, Seen, Sums, count_parsed
 
 if TYPE_CHECKING:
     from .inodes import Key
@@ -44,7 +46,7 @@ LISTED_NAME_COST = 200  # bytes per name of an entry folder's listing kept (``De
 #: used dropped first: a session's own share of the parse cache's cap, which counts them.
 RENDERS_CAP = 16 << 20
 RENDERED = (Kind.TREE, Kind.JSON)  # memos of whole-session renderings: (version, bytes)
-WINDOW = 4096  # bytes before the old end compared to detect a rewritten prefix
+WINDOW = TAIL  # bytes before the old end compared to detect a rewritten prefix
 # Bytes read and parsed at a time by a whole read: above glibc's largest mmap threshold
 # (32 MiB), so each chunk is its own mapping, given back to the system when parsed.
 _CHUNK = 40 << 20
@@ -238,7 +240,8 @@ class Loaded:
         self.epoch = epoch
         self.size = 0  # bytes parsed
         self.window = b""  # the last bytes parsed: proof that the file only grew since
-        self.parser = Parser(path)
+        self.usage: Sums = {}  # the usage of every whole line parsed (``usage``)
+        self.parser = Parser(path, self._count)
         self.index = Index()
         self.ident: Identity | None = None
         self.ctime_ns = 0  # the file's ctime before the last read of it began
@@ -402,6 +405,23 @@ class Loaded:
         self.version += 1
         self.memo.listed = None  # (the renders carry their version)
         return done
+
+    def _count(self, line: bytes, e: Entry | None) -> None:
+        if e is None:
+            count_parsed(self.usage, line, None, None)
+        else:
+            count_parsed(self.usage, line, e.type, e.kind)
+
+    def counted(self) -> tuple[Seen, Sums] | None:
+        """The usage of the file as parsed, when it was parsed whole to a line's end: the
+        file as :class:`~pisessfs.usage.Seen` has it (its project left to fill), and the
+        sums."""
+        ident = self.ident
+        if ident is None or ident.mtime_ns == 0 or self.parser.offset != self.size:
+            return None
+        tail = zlib.crc32(self.window[-TAIL:])  # (the window is the bytes before the end)
+        at = (ident.dev, ident.ino, ident.size, ident.mtime_ns, self.size)
+        return Seen(*at, project="", tail=tail), self.usage
 
     def _feed(self, chunk: bytes) -> None:
         self.size += len(chunk)

@@ -67,6 +67,8 @@ SHARE = 0.5
 ANSWERS_SHARE, ANSWERS_FLOOR = 0.25, 16 << 20
 #: ``--warm`` stops when such a store is this full: more would push out what it warmed.
 WARM_KEPT = 0.9
+#: Seconds ``latest`` is not looked for again (unless the watcher saw a change).
+LATEST_FRESH = 0.5
 #: Sessions ``Store.leave`` tries at most (the oldest: a thread may hold one or render it).
 LEAVE_TRIES = 16
 
@@ -228,6 +230,8 @@ class SessionFile:
             self._fingerprint = None
             if fresh.size >= INLINE_BYTES:
                 gc.freeze()  # never walked again: none of these objects is in a cycle
+        if self.store.on_parsed is not None:
+            self.store.on_parsed(self.path, fresh)
 
     def _read_whole(self) -> Loaded:
         fd = self.store.files.open(self.path)
@@ -416,10 +420,14 @@ class Store:
         # with the state about to be dropped) goes to the store: on disk, or in memory
         # within :data:`SHARE` of the same cap.
         self.on_evict: Callable[[Loaded], None] | None = None
+        # What a whole read of a session found besides its entries (its usage) is offered
+        # to whoever keeps it (the view says who).
+        self.on_parsed: Callable[[str, Loaded], None] | None = None
         # What each session's folders answered, kept past its parse (a walk of a dropped
         # session is answered from them), within a share of the same cap.
         self.answers = Kept(cap=max(int(cache_bytes * ANSWERS_SHARE), ANSWERS_FLOOR))
         self.disk: DiskStore | None = None  # the store (``store``)
+        self._latest: tuple[float, str | None] | None = None  # when found, and where
 
     def _kept_heads(self) -> dict[str, list[Any]]:
         return self.disk.names.heads if self.disk is not None else {}
@@ -475,6 +483,13 @@ class Store:
             taken = name in shown or name in ROOT_NAMES
             out.append(Listing(d.name if taken else name, d.path, True))
         return out
+
+    def project_of(self, path: str) -> str:
+        """The name of the project folder of session ``path`` as the root lists it (``.``
+        for one lying in the root, or of a folder gone)."""
+        folder = os.path.dirname(path)
+        found = [i.name for i in self.top() if not i.is_session and i.path == folder]
+        return found[0] if found else "."
 
     def sessions_by_project(self) -> list[tuple[str, str]]:
         """Every session file the mount shows, with its project folder's name (``.`` for one
@@ -588,7 +603,17 @@ class Store:
 
     def latest(self) -> str | None:
         """Where the session whose file changed last is, from the root: ``<project>/<session>``
-        by their folders' names (or ``<session>``, for one lying in the root)."""
+        by their folders' names (or ``<session>``, for one lying in the root). Found again
+        after :data:`LATEST_FRESH` or a change the watcher saw: it stats every session, and
+        a walk asks for it at every listing of the root (1.5 s of a first walk of 5,000)."""
+        memo = self._latest
+        if memo is not None and time.monotonic() - memo[0] < LATEST_FRESH:
+            return memo[1]
+        found = self._find_latest()
+        self._latest = (time.monotonic(), found)
+        return found
+
+    def _find_latest(self) -> str | None:
         best: tuple[int, str] | None = None
         for item in self.top():
             where = [item] if item.is_session else self.sessions_in(item.path)
@@ -603,6 +628,7 @@ class Store:
     def changed(self, path: str) -> None:
         """Session file ``path`` changed (the watcher says so): its entry in the store and
         its last ``stat`` no longer vouch for it."""
+        self._latest = None
         if self.disk is not None:
             self.disk.drop(path)
         sf = self._files.get(path)
@@ -650,6 +676,7 @@ class Store:
         return self._files.get(path)
 
     def forget(self, path: str) -> None:
+        self._latest = None
         sf = self._files.get(path)
         if self.disk is not None:
             self.disk.drop(path)  # (a session gone leaves none of its text behind)

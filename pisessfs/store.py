@@ -559,6 +559,12 @@ class DiskStore:
         self._queue(_Do(work, what, done))
         done.wait()
 
+    def later(self, work: Callable[[sqlite3.Connection], object], what: str) -> None:
+        """``work(db)`` in a transaction of the writer's thread, in its turn (not waited for:
+        a parse offering what it counted)."""
+        if self.on:
+            self._queue(_Do(work, what))
+
     def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         """The rows of a read (OSError or sqlite3.Error when it cannot be read)."""
         with self._reading() as db:

@@ -15,7 +15,7 @@ import orjson
 
 from .database import key, path_of
 from .store import text_in, text_out
-from .usage import ROOT_PROJECT, Seen, Sums, Table
+from .usage import ROOT_PROJECT, Done, Seen, Sums, Table
 
 if TYPE_CHECKING:
     from .store import DiskStore
@@ -50,9 +50,13 @@ class UsageTable:
                 out[path_of(path)] = Seen(dev, ino, size, mtime_ns, offset, shown, tail)
         return out
 
-    def put(self, path: str, seen: Seen, sums: Sums, fresh: bool) -> None:
-        """Add what ``path`` gave since it was counted (``fresh``: counted from its start,
-        its old rows go)."""
+    def put(
+        self, path: str, seen: Seen, sums: Sums, start: int | None, then: Done | None = None
+    ) -> None:
+        """Add what ``path`` gave from offset ``start``, where its count stopped (None: counted
+        from its start, its old rows go). Nothing is added when its count is no longer at
+        ``start`` (a parse put a whole count meanwhile: added again, lines would count
+        twice). ``then``: not waited for, called once it is written (the writer's thread)."""
         at = key(path)
         row = orjson.dumps(
             [
@@ -63,8 +67,10 @@ class UsageTable:
         values = [(at, day, model, *map(int, v[:5]), v[5]) for (day, model), v in sums.items()]
 
         def write(db: sqlite3.Connection) -> None:
-            if fresh:
+            if start is None:
                 db.execute("DELETE FROM usage WHERE path = ?", (at,))
+            elif not self._at(db, at, seen, start):
+                return
             db.executemany(
                 "INSERT INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET"
                 " messages = messages + excluded.messages, input = input + excluded.input,"
@@ -77,8 +83,29 @@ class UsageTable:
                 "INSERT OR REPLACE INTO usage_files VALUES (?, ?, ?, ?, ?)",
                 (at, self.scope, self.store.mark, row, len(values)),
             )
+            if then is not None:
+                then()
 
-        self.store.run(write, f"usage of {path}")
+        if then is None:
+            self.store.run(write, f"usage of {path}")
+        else:
+            self.store.later(write, f"usage of {path}")
+
+    @staticmethod
+    def _at(db: sqlite3.Connection, at: bytes, seen: Seen, start: int) -> bool:
+        """Whether the count of file ``at`` (of ``seen``'s inode) stopped at ``start``."""
+        row = db.execute("SELECT seen FROM usage_files WHERE path = ?", (at,)).fetchone()
+        was = orjson.loads(row[0]) if row is not None else None
+        return (
+            isinstance(was, list)
+            and len(was) == 7
+            and was[:2] + was[4:5]
+            == [
+                seen.dev,
+                seen.ino,
+                start,
+            ]
+        )
 
     def forget(self, paths: list[str]) -> None:
         """Sessions gone: their rows go."""

@@ -23,6 +23,7 @@ import functools
 import io
 import math
 import os
+import re
 import stat
 import threading
 import time
@@ -98,50 +99,92 @@ class _Line(msgspec.Struct):
 _skim = msgspec.json.Decoder(_Line).decode
 
 
-def _decoded(line: bytes) -> dict[str, Any] | None:
-    """The fields of a line usage reads (a line of other shapes: decoded whole, as Pi would
-    read it)."""
-    try:
-        got = _skim(line)
-    except (msgspec.MsgspecError, RecursionError):  # (nested thousands deep: a hostile line)
-        d, _ = decode_line(line, deep=False)
-        return d if isinstance(d, dict) else None
-    d = msgspec.structs.asdict(got)
-    if got.message is not None:
-        d["message"] = msgspec.structs.asdict(got.message)
-    return d
+def count_marked(sums: Sums, line: bytes) -> None:
+    """:func:`count_line`, for a line that may count (a parse sees every line: most do not)."""
+    if b"usage" in line or b"assistant" in line:
+        count_line(sums, line)
+
+
+#: The entry types whose own ``usage`` counts.
+_COUNTED = frozenset({"usage", "compaction", "branch_summary"})
+
+
+def count_parsed(sums: Sums, line: bytes, etype: object, kind: str | None) -> None:
+    """:func:`count_line`, for a line a parse made an entry of (``etype`` None: it made
+    none), without looking for words in it: only an assistant message, a tool result (file
+    kind ``tool-*``) and the types that carry their own usage may count."""
+    if etype is None:
+        count_marked(sums, line)
+    elif kind == "assistant" or etype in _COUNTED or (kind is not None and kind[:5] == "tool-"):
+        count_line(sums, line)
 
 
 def count_line(sums: Sums, line: bytes) -> None:
     """Add what one line of a session file counts for (Pi's rules, above)."""
-    d = _decoded(line.rstrip(b"\r"))
-    if d is None:
+    line = line.rstrip(b"\r")
+    try:
+        h = _skim(line)
+    except (msgspec.MsgspecError, RecursionError):  # (nested thousands deep: a hostile line)
+        d, _ = decode_line(line, deep=False)  # (another shape: decoded whole, as Pi reads it)
+        if isinstance(d, dict):
+            _count_decoded(sums, d)
         return
-    kind, usage, model, assistant = d.get("type"), None, None, False
+    m = h.message
+    msg = None if m is None else (m.role, m.provider, m.model, m.responseModel, m.usage)
+    _count(sums, h.type, h.timestamp, (h.provider, h.model, h.usage), msg)
+
+
+def _count_decoded(sums: Sums, d: dict[str, Any]) -> None:
+    m = d.get("message")
+    msg = None
+    if isinstance(m, dict):
+        fields = ("role", "provider", "model", "responseModel", "usage")
+        role, provider, model, response, usage = map(m.get, fields)
+        msg = (role, provider, model, response, usage)
+    own = (d.get("provider"), d.get("model"), d.get("usage"))
+    _count(sums, d.get("type"), d.get("timestamp"), own, msg)
+
+
+def _count(
+    sums: Sums,
+    kind: object,
+    stamp: object,
+    own: tuple[object, object, object],
+    msg: tuple[object, object, object, object, object] | None,
+) -> None:
+    """Add one line's usage: its ``type`` and ``timestamp``, its own provider, model and
+    usage (a ``usage`` entry's), and its message's role, provider, model, responseModel and
+    usage (None: no message object)."""
+    assistant = False
     if kind == "usage":
-        usage, model = d.get("usage"), f"{_text(d.get('provider'))}/{_text(d.get('model'))}"
+        provider, model, usage = own
+        key = f"{_text(provider)}/{_text(model)}"
     elif kind in ("compaction", "branch_summary"):
-        usage, model = d.get("usage"), TOOLS
-    elif kind == "message":
-        msg = d.get("message")
-        role = msg.get("role") if isinstance(msg, dict) else None
-        if role == "assistant" and isinstance(msg, dict):
-            named = msg.get("responseModel")
-            named = named if named is not None else msg.get("model")
-            model = f"{_text(msg.get('provider'))}/{_text(named)}"
-            usage, assistant = msg.get("usage"), True
-        elif role == "toolResult" and isinstance(msg, dict):
-            usage, model = msg.get("usage"), TOOLS
-    if model is None or (not usage and not assistant):
+        usage, key = own[2], TOOLS
+    elif kind == "message" and msg is not None:
+        role, provider, model, response, usage = msg
+        if role == "assistant":
+            key = f"{_text(provider)}/{_text(response if response is not None else model)}"
+            assistant = True
+        elif role == "toolResult":
+            key = TOOLS
+        else:
+            return
+    else:
+        return
+    if not usage and not assistant:
         return
     # (a lone surrogate JSON may hold: stored and shown as "?", never an error)
-    model = model.encode("utf-8", "replace").decode("utf-8", "replace")
-    row = sums.setdefault((_day(d.get("timestamp")), model), [0, 0, 0, 0, 0, 0.0])
+    key = key.encode("utf-8", "replace").decode("utf-8", "replace")
+    row = sums.setdefault((_day(stamp), key), [0, 0, 0, 0, 0, 0.0])
     row[0] += assistant
     if isinstance(usage, dict):
-        for i, name in enumerate(("input", "output", "cacheRead", "cacheWrite"), 1):
-            row[i] += _tokens(usage.get(name))
-        cost = usage.get("cost")
+        get = usage.get
+        row[1] += _tokens(get("input"))
+        row[2] += _tokens(get("output"))
+        row[3] += _tokens(get("cacheRead"))
+        row[4] += _tokens(get("cacheWrite"))
+        cost = get("cost")
         row[5] += _number(cost.get("total")) if isinstance(cost, dict) else 0.0
 
 
@@ -165,6 +208,8 @@ def _text(value: object, depth: int = 0) -> str:
 
 
 def _tokens(value: object) -> int:
+    if type(value) is int and -_BIG <= value <= _BIG:  # (the common case, first)
+        return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
     if not math.isfinite(value) or abs(value) > _BIG:
@@ -179,7 +224,24 @@ def _number(value: object) -> float:
     return number if math.isfinite(number) else 0.0
 
 
+#: The time Pi writes (``2026-03-02T09:14:05.123Z``): its day is its first ten characters,
+#: when that is a date (every other form is parsed).
+_PI_TIME = re.compile(r"\d{4}-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{3}Z")
+
+
 def _day(stamp: object) -> str:
+    if type(stamp) is str and len(stamp) == 24 and _PI_TIME.fullmatch(stamp):
+        return _date(stamp[:10])
+    return _parsed_day(stamp)
+
+
+@functools.lru_cache(maxsize=1024)
+def _date(day: str) -> str:
+    """``YYYY-MM-DD`` when it is a date of the calendar, else ``unknown``."""
+    return _parsed_day(day + "T00:00:00.000Z")
+
+
+def _parsed_day(stamp: object) -> str:
     ms = parse_ts_ms(stamp)
     if ms is None:
         return "unknown"
@@ -267,11 +329,16 @@ class Seen:
     tail: int = 0
 
 
+Done = Callable[[], None]
+
+
 class Counted(Protocol):
     """Where what each file gave is kept (``sums.UsageTable``, in the store)."""
 
     def seen(self) -> dict[str, Seen]: ...
-    def put(self, path: str, seen: Seen, sums: Sums, fresh: bool) -> None: ...
+    def put(
+        self, path: str, seen: Seen, sums: Sums, start: int | None, then: Done | None = None
+    ) -> None: ...
     def forget(self, paths: list[str]) -> None: ...
     def table(self, name: str) -> Table: ...
 
@@ -295,8 +362,11 @@ class Usage:
         lstat: Callable[[str], os.stat_result],
         opened: Callable[[str], int],
         table: Counted,
+        project_of: Callable[[str], str] = lambda path: ROOT_PROJECT,
     ) -> None:
         self.sessions, self.lstat, self.opened, self.table = sessions, lstat, opened, table
+        self.project_of = project_of
+        self._offered = False  # a parse's count was written since the files were made
         self._checked = -math.inf  # (time.monotonic) of the last look at every file
         self._lock = threading.Lock()  # one update at a time
         self._made: dict[str, bytes] = {}  # the files as the sums are now
@@ -330,7 +400,8 @@ class Usage:
             gone = [p for p in seen if p not in now]
             if gone:
                 self.table.forget(gone)
-            moved = changed or gone or unread != self.unread or len(now) != self.count
+            offered, self._offered = self._offered, False
+            moved = changed or gone or offered or unread != self.unread or len(now) != self.count
             self.unread, self.mode, self.count = unread, mode, len(now)
             if moved or not self._made:
                 # (made here, in the worker: summing a year of sessions is no work for the loop)
@@ -362,8 +433,8 @@ class Usage:
                 continue
             try:
                 grown = grown and was is not None and _tail(fd, was.offset) == was.tail
-                start = was.offset if grown and was is not None else 0
-                got = scan(functools.partial(os.pread, fd), start, st.st_size)
+                start = was.offset if grown and was is not None else None
+                got = scan(functools.partial(os.pread, fd), start or 0, st.st_size)
                 tail = _tail(fd, got.offset)
             except OSError:
                 unread.append(path)
@@ -371,9 +442,20 @@ class Usage:
             finally:
                 os.close(fd)
             at = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, got.offset)
-            self.table.put(path, Seen(*at, project, tail), got.sums, fresh=not grown)
+            self.table.put(path, Seen(*at, project, tail), got.sums, start)
             changed = True
         return changed
+
+    def offer(self, path: str, seen: Seen, sums: Sums) -> None:
+        """What a parse of ``path`` counted as it read every line (``seen``: the file as it
+        was read, to its last whole line): written in its turn, so that the count of a
+        session the mount parsed reads nothing again (the first walk of a year of sessions
+        meets ``usage/`` after them). ``seen.project`` is filled here."""
+        seen.project = self.project_of(path)
+        self.table.put(path, seen, sums, None, then=self._was_offered)
+
+    def _was_offered(self) -> None:
+        self._offered = True
 
     def render(self, name: str) -> bytes:
         """File ``name`` of ``usage/`` as the last :meth:`update` made it."""

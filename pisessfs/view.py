@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import stat
+import threading
 from collections.abc import Callable
 
 from .carry import Carry
@@ -113,7 +114,9 @@ class View:
         self.disk: DiskStore | None = None  # the same, and their files, across mounts
         self.carry = Carry(self, self.keeping)
         self._usage: Usage | None = None
+        self._usage_lock = threading.Lock()
         store.on_evict = self.keeping.evicted
+        store.on_parsed = self._parsed
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -179,14 +182,28 @@ class View:
 
     def usage(self) -> Usage:
         """The sums of ``usage/``, kept in the store (made at their first use)."""
-        if self._usage is None:
-            if self.disk is None:  # (the mount always has a store; a test of the core may not)
-                self.disk = self.store.disk = self.store.in_memory_store()
-                self.disk.open()
-            files = self.store.files
-            table = UsageTable(self.disk)
-            self._usage = Usage(self.store.sessions_by_project, files.lstat, files.open, table)
-        return self._usage
+        with self._usage_lock:  # (a parsing thread may offer the first counts)
+            if self._usage is None:
+                self._usage = self._new_usage()
+            return self._usage
+
+    def _new_usage(self) -> Usage:
+        if self.disk is None:  # (the mount always has a store; a test of the core may not)
+            self.disk = self.store.disk = self.store.in_memory_store()
+            self.disk.open()
+        files, store = self.store.files, self.store
+        table = UsageTable(self.disk)
+        return Usage(store.sessions_by_project, files.lstat, files.open, table, store.project_of)
+
+    def _parsed(self, path: str, cur: Loaded) -> None:
+        """(A parsing thread's.) Keep what the parse of ``path`` counted of its usage, when
+        there is a store to keep it in."""
+        counted = cur.counted() if self.disk is not None else None
+        if counted is not None:
+            try:
+                self.usage().offer(path, *counted)
+            except Exception:  # (a bug: the parse is still good; usage/ counts for itself)
+                log.exception("%s: its usage was not kept", path)
 
     def session_path(self, ino: int) -> str | None:
         """The session file a node of an entry folder belongs to (None for others)."""

@@ -276,3 +276,43 @@ def test_a_file_that_grew_is_counted_from_where_it_was_and_one_rewritten_anew(
             damaged.line(damaged.HEADER) + turn(1, 1000) + turn(2, 1) + turn(3, 1) + turn(4, 1)
         )
     wait_for(lambda: tokens() == ["1003"], 5, "the rewritten file counted anew")
+
+
+def test_a_parsed_session_gives_its_usage_and_usage_reads_it_no_more(tmp_path: Path) -> None:
+    """The first walk of a year of sessions parses each and meets ``usage/`` after them: a
+    whole parse counts the usage of every line it reads, so ``usage/`` then reads none of
+    those files again, and shows what a count of the raw files shows."""
+    root = copies(tmp_path)
+    v = Driven(Store(str(root)))
+    counter = v.usage()
+    opened: list[str] = []
+    read_again = counter.opened
+    counter.opened = lambda path: opened.append(path) or read_again(path)
+    for project, _ in v.children(1):
+        if project in ("latest", "usage", "search"):
+            continue
+        at = v.lookup(1, project).ino
+        for session, _ in v.children(at):
+            v.content(v.lookup(v.lookup(at, session).ino, "conversation.md").ino)
+    v.disk.settle()  # (the parses' counts are written in the writer's turn)
+    shown = {name: read(v, name) for name in FILES}
+    assert opened == []
+    fresh = Driven(Store(str(root)))  # (counts every file: nothing was parsed)
+    assert shown == {name: read(fresh, name) for name in FILES}
+    assert rows(shown["models.csv"])
+
+
+def test_a_count_from_an_offset_is_not_added_where_the_count_is_no_longer_there(
+    tmp_path: Path,
+) -> None:
+    """A parse puts a whole count of a file while a count from the offset reached before is
+    under way: the latter is not added (its lines would count twice)."""
+    v = Driven(Store(str(tmp_path)))
+    table = v.usage().table
+    seen = usage.Seen(1, 2, 300, 4, 300, "p", 0)
+    table.put("/s.jsonl", seen, {("2026-03-02", "p/m"): [1, 10, 0, 0, 0, 0.5]}, None)
+    was = usage.Seen(1, 2, 200, 3, 200, "p", 0)  # (what the slower count started from)
+    table.put("/s.jsonl", was, {("2026-03-02", "p/m"): [1, 7, 0, 0, 0, 0.25]}, 100)
+    assert table.table("models.csv").rows == [(("p", "m"), [1, 10, 0, 0, 0, 0.5])]
+    table.put("/s.jsonl", seen, {("2026-03-02", "p/m"): [1, 7, 0, 0, 0, 0.25]}, 300)
+    assert table.table("models.csv").rows == [(("p", "m"), [2, 17, 0, 0, 0, 0.75])]
