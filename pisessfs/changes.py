@@ -11,7 +11,8 @@ from collections import deque
 from collections.abc import Callable
 
 from .inodes import Inodes, Key
-from .layout import KINDS, Growth
+from .layout import KINDS
+from .nodekind import Growth
 from .sessions import Store
 
 #: An invalidation's "name" that asks the kernel to drop an inode's cached bytes as well as

@@ -21,7 +21,7 @@ from typing import Any, Generic, Protocol, TypeVar
 log = logging.getLogger(__name__)
 
 DB_NAME = "pisessfs.sqlite"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Bytes of a database page: a text's chunk is a few pages, read with a few system calls
 #: (SQLite's default of 4 KiB read a cold walk's texts 4 KiB at a time).
 PAGE_SIZE = 1 << 16
@@ -72,6 +72,26 @@ CREATE TABLE IF NOT EXISTS usage (  -- what it gave: sums by UTC day and model (
     cache_write INTEGER NOT NULL,
     cost REAL NOT NULL,
     PRIMARY KEY (path, day, model)
+);
+CREATE TABLE IF NOT EXISTS search_files (  -- what each session file's index was made from
+    path BLOB PRIMARY KEY,
+    scope BLOB NOT NULL,
+    mark TEXT NOT NULL,
+    seen TEXT NOT NULL       -- [dev, ino, size, mtime_ns, its entries indexed] (JSON)
+);
+CREATE TABLE IF NOT EXISTS search_docs (  -- one conversation entry each (search.py)
+    doc INTEGER PRIMARY KEY AUTOINCREMENT,  -- (never reused: the index keeps a removed one's words)
+    path BLOB NOT NULL,
+    folder BLOB NOT NULL,    -- its project folder (a project's search/ looks there only)
+    eid TEXT NOT NULL,
+    name TEXT NOT NULL,      -- its message file's name, MMMM-kind.md
+    ts_ms INTEGER,
+    start INTEGER NOT NULL,  -- its line in the file
+    end INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS search_docs_path ON search_docs(path);
+CREATE VIRTUAL TABLE IF NOT EXISTS search_text USING fts5(
+    text, content='', tokenize='unicode61 remove_diacritics 2'
 );
 CREATE TABLE IF NOT EXISTS heads (
     scope BLOB NOT NULL,

@@ -170,12 +170,16 @@ class Editor:
 
     def _entry_folder(self, parent: int, what: str) -> Key:
         folder = self.view.key(parent)
+        if folder.kind == Kind.SEARCH_QUERY:  # (sed -i's temp file beside a result it edits)
+            return folder
         if folder.kind != Kind.ENTRY:
             log.warning("%s refused (EACCES): new files go in a leaf or node folder", what)
             raise Denied(what)
         return folder
 
     def _binding_for_new(self, folder: Key, name: str) -> Binding | None:
+        if folder.kind != Kind.ENTRY:
+            return None  # a scratch file only: only renamed over a result does it save
         ov = self.view.scratch.overlays.get(folder)
         s = self.view.session(folder)
         if ov is not None and name in ov.whiteouts:

@@ -34,6 +34,10 @@ class Kind(enum.StrEnum):
     LATEST = "latest"
     USAGE = "usedir"  # usage/: tokens and cost summed
     USAGE_FILE = "usefile"  # one of its files (``eid`` holds its name)
+    SEARCH = "search"  # search/ (at the root or in a project: ``path`` is its folder)
+    SEARCH_QUERY = "query"  # search/<Q>/ (``eid`` holds the query)
+    SEARCH_PAGE = "qpage"  # search/<Q>.md
+    SEARCH_LINK = "hit"  # search/<Q>/NNN-…: the link to the k-th hit's message file
     PARENT = "parent"
     SCRATCH = "scratch"  # an editor's file in the scratch layer
     RAW_LINK = "rawlink"  # session.jsonl -> .session.jsonl

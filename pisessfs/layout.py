@@ -15,7 +15,6 @@ no listing shows.
 from __future__ import annotations
 
 import contextlib
-import enum
 import math
 import os
 import posixpath
@@ -25,120 +24,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
-from . import usage, writer
-from .errors import IsADir, NotADir, NotALink, NotFound
+from . import finds, writer
+from .errors import NotALink, NotFound
 from .handles import FileSnapshot, Snapshot
 from .kind import Kind
 from .names import VIEW_SUFFIX, id_name, utf8
+from .nodekind import Growth, NodeKind, Request
 from .render import message_of
-from .sessions import Loaded, SessionFile, Work
+from .sessions import Loaded, Work
 
 if TYPE_CHECKING:
     from .view import Attr, Key, View
 
-Waited = set[tuple[str, str, int]]
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """What :meth:`NodeKind.step` is asked: a node of session ``sf`` (now ``s``), and what
-    of it the request wants (see ``View.ready``)."""
-
-    sf: SessionFile
-    s: Loaded
-    key: Key
-    attr_only: bool
-    listing: bool
-    waited: Waited
-
-
 RAW = ".session.jsonl"  # the real file's bytes: session.jsonl links here; never listed
-
-
-class Growth(enum.Enum):
-    """What the kernel drops of a node when its session file grows (``Changes.session``)."""
-
-    NOTHING = enum.auto()  # what an entry shows never changes
-    ATTRS = enum.auto()  # its size or times: its bytes only grew, or are read around the cache
-    PAGES = enum.auto()  # its listing, link target or cached bytes too: they changed
-
-
-class NodeKind:
-    """Default behaviour: a node with nothing in it. Subclasses set ``fmt`` and override."""
-
-    name: ClassVar[Kind]
-    fmt: ClassVar[int] = stat.S_IFREG
-    #: its bytes and attributes never change (the kernel may cache them for long)
-    immutable: ClassVar[bool] = False
-    #: belongs to no session (the root, a project folder)
-    sessionless: ClassVar[bool] = False
-    #: its attributes come from the file's stat alone (without parsing the session)
-    unparsed: ClassVar[bool] = False
-    #: its bytes only ever grow at the end: what the page cache holds stays valid
-    append_only: ClassVar[bool] = False
-    #: what it answers (attributes, listing, link target) follows from the session file
-    #: alone: kept past the session's eviction while the file is unchanged (``kept``)
-    kept: ClassVar[bool] = False
-    #: what the kernel drops of it when its session file grows (one node per session)
-    grows: ClassVar[Growth] = Growth.NOTHING
-    #: of a fork, it changes when a session file comes or goes: its parent may have
-    #: (its listing, its link target; ``Changes.came_or_went``)
-    follows_parent: ClassVar[bool] = False
-
-    def child(self, v: View, key: Key, name: str) -> Key:
-        raise NotADir(name)
-
-    def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
-        raise NotADir(key)
-
-    def attr(self, v: View, ino: int, key: Key) -> Attr:
-        s = v.session(key)
-        ident = s.ident
-        assert ident is not None
-        if self.fmt == stat.S_IFLNK:  # a link's own bits mean nothing; its folder's do
-            size = len(self.target(v, key))
-            return v.plain_attr(ino, stat.S_IFLNK | 0o777, ident, size, self.immutable)
-        if self.fmt == stat.S_IFDIR:
-            return v.bounded(ino, stat.S_IFDIR | 0o777, ident, 0, ident.mtime_ns, 2)
-        size = self.size(v, key)
-        return v.bounded(ino, stat.S_IFREG | 0o444, ident, size, ident.mtime_ns, 1)
-
-    def content(self, v: View, key: Key) -> bytes:
-        raise IsADir(key) if self.fmt == stat.S_IFDIR else NotFound(key)
-
-    def size(self, v: View, key: Key) -> int:
-        """A file's size (without its bytes, where it can)."""
-        return len(self.content(v, key))
-
-    def opened(self, v: View, key: Key) -> Snapshot:
-        """What a handle opened on it reads until it is closed."""
-        return Snapshot(self.content(v, key))
-
-    def target(self, v: View, key: Key) -> bytes:
-        raise NotALink(key)
-
-    def xattrs(self, v: View, key: Key) -> dict[str, bytes]:
-        """Its ``user.pi.*`` attributes."""
-        return {}
-
-    def never(self, name: str) -> bool:
-        """Whether this folder can never have ``name``, whatever its session holds: the
-        kernel may remember that it has not (rg asks every folder it enters for .git and
-        three ignore files, and without that each walk asked again)."""
-        return False
-
-    def holds(self, v: View, s: Loaded, key: Key) -> bool:
-        """Whether what it answers now is what the file as ``s`` read it gives (a kind that
-        may answer from an older rendering, or from more than the file, says when not)."""
-        return True
-
-    def step(self, v: View, r: Request) -> Work | None:
-        """Work still to do before this node answers (after its session is up to date)."""
-        return None
-
-    def prepare(self, v: View, key: Key) -> Work | None:
-        """Work still to do before a node of no session answers."""
-        return None
 
 
 HEADS_INLINE = 8  # new session files whose heads are read on the loop; more: in a thread
@@ -194,19 +92,25 @@ class Project(Root):
     name = Kind.PROJECT
 
     def child(self, v: View, key: Key, name: str) -> Key:
-        return v.listed_item(key.path, name)
+        try:
+            return v.listed_item(key.path, name)  # (a session's stem "search" wins)
+        except NotFound:
+            if name != SEARCH:
+                raise
+            return key._replace(kind=Kind.SEARCH)
 
     def xattrs(self, v: View, key: Key) -> dict[str, bytes]:
         cwd = v.store.cwd_of(key.path)
         return {"user.pi.cwd": utf8(cwd)} if cwd is not None else {}
 
     def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
-        return [(i.name, v.item_key(i)) for i in v.store.sessions_in(key.path)]
+        out = [(i.name, v.item_key(i)) for i in v.store.sessions_in(key.path)]
+        return [*out, (SEARCH, key._replace(kind=Kind.SEARCH))]
 
 
-LATEST = "latest"
+LATEST, SEARCH = "latest", "search"
 #: The root's own names (a folder of the sessions root named so wins: ``ROOT_NAMES``).
-ROOT_KINDS = {LATEST: Kind.LATEST, "usage": Kind.USAGE}
+ROOT_KINDS = {LATEST: Kind.LATEST, SEARCH: Kind.SEARCH, "usage": Kind.USAGE}
 
 
 #: A session folder's listed names and their kinds, in listing order.
@@ -730,66 +634,12 @@ class RawLink(_Link):
         return RAW
 
 
-# -- usage/ --------------------------------------------------------------------------------
-
-
-class UsageFolder(NodeKind):
-    """``usage/``: tokens and cost summed by day, month, project and model (``usage``)."""
-
-    name = Kind.USAGE
-    fmt = stat.S_IFDIR
-    sessionless = True
-
-    def child(self, v: View, key: Key, name: str) -> Key:
-        if name not in usage.FILES:
-            raise NotFound(name)
-        return key._replace(kind=Kind.USAGE_FILE, eid=name)
-
-    def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
-        return [(n, key._replace(kind=Kind.USAGE_FILE, eid=n)) for n in usage.FILES]
-
-    def prepare(self, v: View, key: Key) -> Work | None:
-        return _sums_due(v)  # (its listing shows the files' sizes)
-
-    def attr(self, v: View, ino: int, key: Key) -> Attr:
-        root = v.file_stat(v.store.root)
-        return v.plain_attr(ino, stat.S_IFDIR | 0o555, root, 0, False)
-
-
-class UsageFile(NodeKind):
-    """One file of ``usage/``, as the sums are now: every stat asks (a Pi append shows in
-    it within a second), and making the sums up to date is work off the loop."""
-
-    name = Kind.USAGE_FILE
-    sessionless = True
-
-    def prepare(self, v: View, key: Key) -> Work | None:
-        return _sums_due(v)
-
-    def content(self, v: View, key: Key) -> bytes:
-        return v.usage().render(key.eid)
-
-    def attr(self, v: View, ino: int, key: Key) -> Attr:
-        sums = v.usage()
-        root = v.file_stat(v.store.root)
-        size = len(sums.render(key.eid))
-        a = v.plain_attr(ino, stat.S_IFREG | sums.mode, root, size, False)
-        return a._replace(mtime_ns=sums.changed_ns, scratch=True)  # (asked at every use)
-
-
-def _sums_due(v: View) -> Work | None:
-    """The work that brings the sums of ``usage/`` up to date, if due."""
-    sums = v.usage()
-    return None if sums.fresh() else sums.update
-
-
 KINDS: dict[Kind, NodeKind] = {
     k.name: k
     for k in (
         Root(), Project(), Session(), Leaves(), Nodes(), EntryFolder(), Message(), Branch(),
         Tree(), Json(), ConversationFile(), Raw(), Current(), CurrentView(), LeafLink(),
-        LeafViewLink(), RawLink(), Alias(), Latest(), Parent(), Scratch(), UsageFolder(),
-        UsageFile(),
+        LeafViewLink(), RawLink(), Alias(), Latest(), Parent(), Scratch(), *finds.KINDS,
     )
 }  # fmt: skip
 

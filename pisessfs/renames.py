@@ -11,6 +11,7 @@ import logging
 import stat
 from typing import TYPE_CHECKING
 
+from .finds import hit_message
 from .kind import Kind
 from .scratch import Binding, Node, binds_message
 from .view import CrossFolder, Denied, Exists, Invalid, Key, NotFound, NotPermitted, View
@@ -61,7 +62,7 @@ class Names:
         target = self._target(p_new, dst, new)
         if flags & RENAME_NOREPLACE and target is not None:
             raise Exists(new)
-        if isinstance(target, Key) or self._whited_out(dst, new):
+        if isinstance(target, Key) or self._whited_out(dst, new):  # (a message, a result)
             return self._save_over(src, old, dst, new, node)
         if dst.kind != Kind.ENTRY:
             raise Denied(f"rename into {dst.kind}")
@@ -105,7 +106,10 @@ class Names:
         return ov is not None and name in ov.whiteouts and name not in ov.names
 
     def _save_over(self, src: Key, old: str, dst: Key, new: str, node: Node) -> Job | None:
-        """``sed -i``, ``perl -i``, JetBrains: a temp file renamed onto a message name."""
+        """``sed -i``, ``perl -i``, JetBrains: a temp file renamed onto a message name (or
+        onto a result of ``search/``: its message)."""
+        if dst.kind == Kind.SEARCH_QUERY:
+            dst, new = hit_message(self.view, self.view.child_key(self.view.ino(dst), new))
         s = self.view.session(dst)
         binding = self.editor._edit_binding(s, self.editor._message_key(dst, new))
         job = self.editor._job(binding, bytes(node.data), None, dst, new)

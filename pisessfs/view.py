@@ -44,16 +44,15 @@ from .errors import (
     NotPermitted,
     ViewError,
 )
+from .finds import entry_docs
 from .handles import Later, Snapshot
 from .inodes import ROOT_INO, Attr, Inodes, Key
 from .keeping import Keeping
 from .kind import Kind
-from .layout import (
-    KINDS,
-    WHOLE_KINDS,
-    Request,
-)
+from .layout import KINDS, WHOLE_KINDS
+from .nodekind import Request
 from .scratch import Node, ScratchLayer
+from .search import Doc, SearchIndex
 from .sessions import (
     Identity,
     Listing,
@@ -114,7 +113,8 @@ class View:
         self.disk: DiskStore | None = None  # the same, and their files, across mounts
         self.carry = Carry(self, self.keeping)
         self._usage: Usage | None = None
-        self._usage_lock = threading.Lock()
+        self._search: SearchIndex | None = None
+        self._usage_lock = threading.Lock()  # (and the search index's)
         store.on_evict = self.keeping.evicted
         store.on_parsed = self._parsed
 
@@ -188,12 +188,39 @@ class View:
             return self._usage
 
     def _new_usage(self) -> Usage:
+        files, store = self.store.files, self.store
+        table = UsageTable(self._a_store())
+        return Usage(store.sessions_by_project, files.lstat, files.open, table, store.project_of)
+
+    def _a_store(self) -> DiskStore:
         if self.disk is None:  # (the mount always has a store; a test of the core may not)
             self.disk = self.store.disk = self.store.in_memory_store()
             self.disk.open()
-        files, store = self.store.files, self.store
-        table = UsageTable(self.disk)
-        return Usage(store.sessions_by_project, files.lstat, files.open, table, store.project_of)
+        return self.disk
+
+    def search(self) -> SearchIndex:
+        """The index of ``search/``, kept in the store (made at its first use)."""
+        with self._usage_lock:
+            if self._search is None:
+                store = self.store
+                docs = self._docs_of
+                self._search = SearchIndex(
+                    self._a_store(), store.sessions_by_project, store.files.lstat, docs
+                )
+            return self._search
+
+    def _docs_of(self, path: str, since: int) -> tuple[tuple[int, int, int, int], int, list[Doc]]:
+        """(Blocking.) Session ``path`` parsed: its identity, how many entry lines it has,
+        and its conversation entries from the ``since``-th line on, to index."""
+        sf = self.store.session(path)
+        sf.load()
+        with sf.lock:  # (a copy that appends do not change, read without the lock)
+            assert sf.loaded is not None
+            s = sf.loaded.frozen()
+        ident = s.ident
+        assert ident is not None
+        docs = entry_docs(self, s, since)
+        return (ident.dev, ident.ino, ident.size, ident.mtime_ns), len(s.parser.entries), docs
 
     def _parsed(self, path: str, cur: Loaded) -> None:
         """(A parsing thread's.) Keep what the parse of ``path`` counted of its usage, when

@@ -1,0 +1,359 @@
+"""Full-text search of every conversation entry (DESIGN "Search"): the index in the store,
+kept up to date off the request loop, and what a query finds.
+
+Each conversation entry is indexed once, by the bytes of its message file, with where that
+file is (its session file, its entry id, its name ``MMMM-kind.md``) and where its line is.
+The index is SQLite FTS5 (unicode61, accents removed, BM25), contentless: the text is not
+kept twice (``search_text``'s rows are ``search_docs``' ids; a removed session's rows stay
+in the index unmatched, as ids no ``search_docs`` row has: SQLite 3.40 cannot delete from a
+contentless index without its text).
+
+A session file is indexed from its whole parse (``docs_of``: the view's, which knows what a
+message file holds); a file that only grew is indexed from the entry it reached. What a
+query is: :func:`parse_query`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sqlite3
+import stat
+import threading
+import time
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import orjson
+
+from .database import key, path_of
+from .store import DiskStore
+
+log = logging.getLogger(__name__)
+
+LIMIT = 200  # results of a query at most
+MAX_TERMS = 64  # words of a query at most
+FRESH = 0.5  # seconds between two looks at every session file
+BUDGET = 0.5  # seconds a query's own update may index before it answers from what is done
+PAGE_LINES, LINE_BYTES = 5, 300  # of each result in <Q>.md
+_TOKEN = re.compile(r"\w+")  # (what unicode61 keeps of a word: letters and digits)
+
+
+class BadQuery(ValueError):
+    """A name that is no query (why: one log line)."""
+
+
+@dataclass(frozen=True)
+class Query:
+    """A query: the FTS5 expression it is, and the words a matching line shows."""
+
+    text: str
+    match: str
+    words: tuple[str, ...]
+
+
+def parse_query(text: str) -> Query:
+    """``text`` as DESIGN "Search" reads it: words, each a whole word or (ending in ``*``)
+    a prefix; ``"quoted words"`` a phrase; a word starting with ``-`` excluded; all must
+    match. Anything else in a word (``:``, brackets, FTS5's own operators) is a separator,
+    as in the text indexed. :class:`BadQuery` when nothing is left to find."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadQuery("it is not UTF-8") from None
+    parts = re.findall(r'(-?)"([^"]*)"?|(\S+)', text)
+    if len(parts) > MAX_TERMS:
+        raise BadQuery(f"it has more than {MAX_TERMS} words")
+    wanted: list[str] = []
+    unwanted: list[str] = []
+    words: list[str] = []
+    for minus, phrase, bare in parts:
+        out = wanted
+        if bare:
+            excluded = bare.startswith("-")
+            word = bare[1:] if excluded else bare
+            out = unwanted if excluded else wanted
+            prefix = word.endswith("*")
+            tokens = _TOKEN.findall(word)
+        else:
+            out = unwanted if minus else wanted
+            prefix, tokens = False, _TOKEN.findall(phrase)
+        if not tokens:
+            continue
+        out.append('"' + " ".join(tokens) + '"' + ("*" if prefix else ""))
+        if out is wanted:
+            words += [t + ("*" if prefix and t is tokens[-1] else "") for t in tokens]
+    if not wanted:
+        raise BadQuery("it has no word to find")
+    match = " AND ".join(wanted)
+    if unwanted:
+        match = f"({match}) NOT ({' OR '.join(unwanted)})"
+    return Query(text, match, tuple(words))
+
+
+class Doc(NamedTuple):
+    """One conversation entry as indexed."""
+
+    eid: str
+    name: str  # its message file's name
+    ts_ms: int | None
+    start: int  # its line in the file
+    end: int
+    text: bytes  # its message file
+
+
+class Hit(NamedTuple):
+    path: str
+    eid: str
+    name: str
+    ts_ms: int | None
+    start: int
+    end: int
+
+
+@dataclass
+class Found:
+    """What a query found: the best :data:`LIMIT` hits, how many matched, and of how much."""
+
+    hits: list[Hit]
+    matches: int
+    indexed: int
+    sessions: int
+    mode: int = 0o444  # what every session of a hit lets read: no more of the results
+    mtime_ns: int = 0
+
+
+#: The session file as indexed: (dev, ino, size, mtime_ns), and how many entries of its
+#: parse were indexed.
+Indexed = tuple[tuple[int, int, int, int], int]
+DocsOf = Callable[[str, int], tuple[tuple[int, int, int, int], int, list[Doc]]]
+
+
+@dataclass
+class _Progress:
+    indexed: int = 0
+    sessions: int = 0
+    building: bool = False
+    unread: list[str] = field(default_factory=list)
+
+
+class SearchIndex:
+    """The index of every session the mount shows, in the store.
+
+    ``sessions()`` lists them (path, project folder); ``docs_of(path, since)`` parses one
+    and gives its identity, how many entries its parse has, and the conversation entries
+    from the ``since``-th on. :meth:`refresh` brings the index up to date (blocking: run
+    off the loop; a first build goes on in a thread of its own); :meth:`find` answers."""
+
+    def __init__(
+        self,
+        store: DiskStore,
+        sessions: Callable[[], list[tuple[str, str]]],
+        lstat: Callable[[str], os.stat_result],
+        docs_of: DocsOf,
+    ) -> None:
+        self.store, self.sessions, self.lstat, self.docs_of = store, sessions, lstat, docs_of
+        self.scope = key(store.scope)
+        self._lock = threading.Lock()  # one update at a time
+        self._checked = -1e9
+        self.generation = 0  # grows with every change of the index: found results are of one
+        self.progress = _Progress()
+        self._found: dict[tuple[str, str | None], tuple[int, Found]] = {}
+
+    def fresh(self) -> bool:
+        return time.monotonic() - self._checked < FRESH
+
+    def refresh(self) -> None:
+        """(Blocking.) Index what changed, for :data:`BUDGET` seconds at most; what is left
+        goes on in a thread of its own (a first build of a year of sessions), and a query
+        answers from what is indexed meanwhile."""
+        if not self._lock.acquire(blocking=False):
+            return  # (the build's thread has it: answered from what it did so far)
+        try:
+            if not self.fresh() and not self._update(time.monotonic() + BUDGET):
+                self.progress.building = True
+                threading.Thread(target=self._build, name="search-build", daemon=True).start()
+                return  # (the lock goes with the thread)
+        except BaseException:
+            self._lock.release()
+            raise
+        self._lock.release()
+
+    def _build(self) -> None:
+        try:
+            started = time.monotonic()
+            self._update(None)
+            took = time.monotonic() - started
+            log.info("search: %d sessions indexed in %.1f s", self.progress.indexed, took)
+        except Exception:
+            log.exception("search: the index was not built")
+        finally:
+            self.progress.building = False
+            self._lock.release()
+
+    def _update(self, until: float | None) -> bool:
+        """(Under the lock.) Index each session file whose stat moved on, until ``until``
+        (None: all); True when all are done."""
+        seen = self._seen()
+        now: dict[str, os.stat_result] = {}
+        unread: list[str] = []
+        for path, _ in self.sessions():
+            try:
+                now[path] = self.lstat(path)
+            except Exception:  # (gone, or not readable: not searched)
+                unread.append(path)
+        gone = [p for p in seen if p not in now]
+        if gone:
+            self.store.run(lambda db: _remove(db, gone, True), "search: sessions gone")
+            self.generation += 1
+        done = 0
+        for path, st in now.items():
+            was = seen.get(path)
+            if was is not None and was[0][2:] == (st.st_size, st.st_mtime_ns):
+                done += 1
+                continue
+            if until is not None and time.monotonic() > until:
+                continue
+            try:
+                self._index(path, st, was)
+                done += 1
+            except Exception as err:  # (unreadable, or gone meanwhile: not searched)
+                log.debug("search: %s not indexed: %s", path, err)
+                unread.append(path)
+        self.progress = _Progress(done, len(now), self.progress.building, unread)
+        complete = done + len(unread) >= len(now)
+        if complete:
+            self._checked = time.monotonic()
+        return complete
+
+    def _seen(self) -> dict[str, Indexed]:
+        rows = self.store.query(
+            "SELECT path, mark, seen FROM search_files WHERE scope = ?", (self.scope,)
+        )
+        out: dict[str, Indexed] = {}
+        for path, mark, seen in rows:
+            was = orjson.loads(seen)
+            if mark == self.store.mark and isinstance(was, list) and len(was) == 5:
+                out[path_of(path)] = ((was[0], was[1], was[2], was[3]), was[4])
+        return out
+
+    def _index(self, path: str, st: os.stat_result, was: Indexed | None) -> None:
+        grown = was is not None and was[0][:2] == (st.st_dev, st.st_ino) and st.st_size >= was[0][2]
+        since = was[1] if grown and was is not None else 0
+        ident, count, docs = self.docs_of(path, since)
+        folder = key(os.path.dirname(path))
+        at = key(path)
+        seen = orjson.dumps([*ident, count]).decode()
+
+        def write(db: sqlite3.Connection) -> None:
+            if not grown:
+                _remove(db, [path], False)
+            for d in docs:
+                cur = db.execute(
+                    "INSERT INTO search_docs (path, folder, eid, name, ts_ms, start, end)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (at, folder, _utf8(d.eid), _utf8(d.name), d.ts_ms, d.start, d.end),
+                )
+                text = d.text.decode("utf-8", "replace")
+                db.execute(
+                    "INSERT INTO search_text (rowid, text) VALUES (?, ?)", (cur.lastrowid, text)
+                )
+            db.execute(
+                "INSERT OR REPLACE INTO search_files VALUES (?, ?, ?, ?)",
+                (at, self.scope, self.store.mark, seen),
+            )
+
+        self.store.run(write, f"search: {path}")
+        self.generation += 1
+
+    def find(self, q: Query, folder: str | None) -> Found:
+        """The hits of ``q`` (in project folder ``folder``, or everywhere), best first; a
+        hit whose session is gone since is left out."""
+        memo = self._found.get((q.match, folder))
+        if memo is not None and memo[0] == self.generation:
+            return memo[1]
+        where = "search_text MATCH ?"
+        args: tuple[object, ...] = (q.match,)
+        if folder is not None:
+            where += " AND d.folder = ?"
+            args += (key(folder),)
+        try:
+            rows = self.store.query(
+                "SELECT d.path, d.eid, d.name, d.ts_ms, d.start, d.end FROM search_text t"
+                f" JOIN search_docs d ON d.doc = t.rowid WHERE {where} ORDER BY t.rank"
+                f" LIMIT {LIMIT}",
+                args,
+            )
+            (matches,) = self.store.query(
+                "SELECT count(*) FROM search_text t JOIN search_docs d ON d.doc = t.rowid"
+                f" WHERE {where}",
+                args,
+            )[0]
+        except sqlite3.Error as err:  # (a query SQLite refuses: found nothing)
+            log.info("search: %r found nothing: %s", q.text, err)
+            rows, matches = [], 0
+        found = Found([], matches, self.progress.indexed, self.progress.sessions)
+        stats: dict[str, os.stat_result | None] = {}
+        for path, eid, name, ts_ms, start, end in rows:
+            p = path_of(path)
+            if p not in stats:
+                try:
+                    stats[p] = self.lstat(p)
+                except Exception:
+                    stats[p] = None
+            st = stats[p]
+            if st is None:
+                continue
+            found.mode &= stat.S_IMODE(st.st_mode)
+            found.mtime_ns = max(found.mtime_ns, st.st_mtime_ns)
+            found.hits.append(Hit(p, _text(eid), _text(name), ts_ms, start, end))
+        if len(self._found) > 64:
+            self._found.clear()
+        self._found[(q.match, folder)] = (self.generation, found)
+        return found
+
+
+def _remove(db: sqlite3.Connection, paths: list[str], files: bool) -> None:
+    keys = [(key(p),) for p in paths]
+    db.executemany("DELETE FROM search_docs WHERE path = ?", keys)
+    if files:
+        db.executemany("DELETE FROM search_files WHERE path = ?", keys)
+
+
+def _utf8(text: str) -> str:
+    """(An id may hold a lone surrogate: kept as SQLite can, read back by :func:`_text`.)"""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "surrogatepass")
+
+
+def _text(text: str) -> str:
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "surrogateescape")
+
+
+# -- the page <Q>.md ---------------------------------------------------------------------------
+
+
+def marked_lines(text: str, words: tuple[str, ...]) -> list[str]:
+    """The lines of ``text`` that hold a word of the query (at most :data:`PAGE_LINES`,
+    each cut to :data:`LINE_BYTES`), the words marked ``**so**``."""
+    if not words:
+        return []
+    alts = [re.escape(w[:-1]) + r"\w*" if w.endswith("*") else re.escape(w) for w in words]
+    find = re.compile(r"(?<!\w)(" + "|".join(alts) + r")(?!\w)", re.IGNORECASE)
+    out = []
+    for line in text.splitlines():
+        if not find.search(line) and not find.search(_plain(line)):
+            continue
+        cut = line.encode("utf-8", "surrogateescape")[:LINE_BYTES]
+        short = cut.decode("utf-8", "ignore")
+        out.append(find.sub(lambda m: f"**{m.group(0)}**", short).strip())
+        if len(out) == PAGE_LINES:
+            break
+    return out
+
+
+def _plain(text: str) -> str:
+    """``text`` without its accents (as the index reads it)."""
+    return "".join(c for c in unicodedata.normalize("NFD", text) if not unicodedata.combining(c))

@@ -1,0 +1,189 @@
+"""``search/`` (DESIGN "Search"): queries as names, results as links to the message files,
+``<Q>.md`` as one page; on a real mount of every Pi-written session, against the message
+files themselves."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+from pisessfs import search
+from pisessfs.search import BadQuery, parse_query
+from pisessfs.sessions import Store
+from tests import damaged
+from tests.conftest import Mount, fixture_files, mounted, pi, wait_for
+from tests.driven import Driven
+
+HEADING = re.compile(r"^## (\d{4,}) (\S+) · (\S+) · ", re.M)
+
+
+def copies(tmp_path: Path) -> Path:
+    """Every Pi-written session, in project folders."""
+    root = tmp_path / "sessions"
+    for f in fixture_files():
+        project = f.parent.name if f.parent.name.startswith("--") else "--fixtures--"
+        (root / project).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, root / project / f.name)
+    return root
+
+
+def plain(text: str) -> str:
+    """Lower case, accents removed: as the index reads words."""
+    decomposed = unicodedata.normalize("NFD", text.casefold())
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
+def holds(text: str, word: str) -> bool:
+    """Whether ``text`` holds ``word`` as a whole word (``word*``: a prefix), as the index's
+    tokenizer cuts words (letters and digits; ``_`` separates)."""
+    stem, prefix = (word[:-1], True) if word.endswith("*") else (word, False)
+    tail = r"[^\W_]*" if prefix else ""
+    return re.search(rf"(?<![^\W_]){re.escape(plain(stem))}{tail}(?![^\W_])", plain(text)) is not None
+
+
+def message_files(m: Mount) -> dict[tuple[str, str], Path]:
+    """Every conversation entry of the mount: (session folder, entry id) -> its message file,
+    found from each session's ``conversation.md`` headings."""
+    out = {}
+    for conv in m.path.glob("*/*/conversation.md"):
+        folder = conv.parent
+        for num, kind, eid in HEADING.findall(conv.read_text(errors="replace")):
+            out[(folder.name, eid)] = folder / "nodes" / eid / f"{num}-{kind}.md"
+    return out
+
+
+def results(folder: Path) -> list[tuple[str, str, Path]]:
+    """A query folder's results: (session folder, entry id, the file its link leads to)."""
+    out = []
+    for name in sorted(os.listdir(folder)):
+        target = (folder / name).resolve()
+        eid = os.getxattr(folder / name, "user.pi.id").decode()
+        out.append((target.parent.parent.parent.name, eid, target))
+    return out
+
+
+QUERIES = ["fraction", "pytest", "frac*", "metric", "the", "kanban", "parser", "commit"]
+
+
+@pytest.mark.fuse
+def test_every_result_holds_its_words_and_every_message_with_them_is_found(
+    tmp_path: Path,
+) -> None:
+    """On a mount of every fixture: each link of ``search/<Q>/`` leads (relatively, inside
+    the mount) to the message file of the entry ``user.pi.id`` names, which holds the
+    query's words; every message file holding them is among the results (below 200); a
+    project's ``search/`` finds the same within its project; ``<Q>.md`` says as much."""
+    root = copies(tmp_path)
+    with mounted(root) as m:
+        files = message_files(m)
+        assert len(files) > 500
+        texts = {k: p.read_text(errors="replace") for k, p in files.items()}
+        for q in QUERIES:
+            found = results(m.path / "search" / q)
+            want = {k for k, text in texts.items() if holds(text, q)}
+            for session, eid, target in found:
+                assert target.is_relative_to(m.path)
+                assert files[(session, eid)] == target, (q, session, eid)
+                assert holds(texts[(session, eid)], q), (q, target)
+            got = {(s, e) for s, e, _ in found}
+            if len(want) < search.LIMIT:
+                assert got == want, q
+            else:
+                assert len(got) == search.LIMIT and got <= want, q
+            page = (m.path / "search" / f"{q}.md").read_text()
+            assert page.startswith(f"# {q}: {len(want):,} match")
+            assert page.count("\n## ") == len(found)
+        # two words: both; a phrase; a word left out
+        both = {(s, e) for s, e, _ in results(m.path / "search" / "fraction parser")}
+        assert both and all(holds(texts[k], "fraction") and holds(texts[k], "parser") for k in both)
+        without = {(s, e) for s, e, _ in results(m.path / "search" / "fraction -parser")}
+        assert without and not without & both
+        # a project's own search/
+        project = next(p for p in m.path.iterdir() if (p / "search").is_dir() and p.name != "search")
+        mine = results(project / "search" / "the")
+        assert mine and all(t.is_relative_to(project) for _, _, t in mine)
+        assert os.listdir(m.path / "search") == [] and os.listdir(project / "search") == []
+    assert m.proc.returncode == 0
+
+
+@pytest.mark.fuse
+@pytest.mark.pi
+def test_a_pi_append_is_found_an_edit_through_a_result_forks_and_a_trashed_session_goes(
+    tmp_path: Path,
+) -> None:
+    """A line Pi appends is found within a second; ``sed -i`` on a result edits (forks)
+    that message as anywhere else, and the real Pi sees the fork; a session removed leaves
+    the results; bad names are ENOENT with a log line, never an error from SQLite."""
+    root = copies(tmp_path)
+    real = next(p for p in sorted(root.rglob("*.jsonl")) if b'"version":3' in p.read_bytes()[:300])
+    with mounted(root) as m:
+        assert os.listdir(m.path / "search" / "zyxwvut") == []
+        last = [json.loads(x) for x in real.read_bytes().splitlines()][-1]
+        line = {
+            "type": "message",
+            "id": "abad1dea",
+            "parentId": last["id"],
+            "timestamp": "2027-01-05T10:00:00.000Z",
+            "message": {"role": "user", "content": "Please find the Zyxwvut bug", "timestamp": 1},
+        }
+        with real.open("ab") as f:
+            f.write(damaged.line(line))
+        wait_for(lambda: len(os.listdir(m.path / "search" / "zyxwvut")) == 1, 5, "the append")
+        (hit,) = os.listdir(m.path / "search" / "zyxwvut")
+        link = m.path / "search" / "zyxwvut" / hit
+        assert os.getxattr(link, "user.pi.id") == b"abad1dea"
+        before = len(real.read_bytes().splitlines())
+        subprocess.run(["sed", "-i", "s/Zyxwvut/Qwertzu/", str(link)], check=True)
+        lines = real.read_bytes().splitlines()
+        assert len(lines) == before + 1
+        new = json.loads(lines[-1])
+        assert new["parentId"] == last["id"]  # a sibling of the edited message: a fork
+        copy = tmp_path / "pi-copy.jsonl"
+        shutil.copyfile(real, copy)
+        oracle = pi(str(copy))
+        assert oracle["userTexts"][new["id"]] == "Please find the Qwertzu bug"
+        wait_for(lambda: len(os.listdir(m.path / "search" / "qwertzu")) == 1, 5, "the fork")
+        real.unlink()  # gone (as trashed): its results go
+        wait_for(lambda: os.listdir(m.path / "search" / "zyxwvut") == [], 5, "the removal")
+        for bad in ['"', "*", "-word", "()", "a " * 1000, "\udcff\udcfe"]:
+            with pytest.raises(FileNotFoundError):
+                os.listdir(m.path / "search" / bad)
+        for odd in ["NEAR(a b)", "text:foo", "a OR b", "x^y", '"unclosed phrase', "AND"]:
+            os.listdir(m.path / "search" / odd)  # a query of its words: no error
+        log = m.log_text()
+        assert "is no query" in log and "Traceback" not in log and "sqlite3" not in log
+    assert m.proc.returncode == 0
+
+
+def test_a_query_is_words_and_never_reaches_sqlite_as_syntax() -> None:
+    """Quotes, ``*``, ``-``, ``:``, brackets, FTS5's own operators, a thousand words, bytes
+    that are not UTF-8: a query of the words in it, or :class:`BadQuery`."""
+    assert parse_query("docker leak").match == '"docker" AND "leak"'
+    assert parse_query("leak*").match == '"leak"*'
+    assert parse_query('"memory leak" -docker').match == '("memory leak") NOT ("docker")'
+    assert parse_query("a:b NEAR(c)").match == '"a b" AND "NEAR c"'
+    for bad in ["", "*", "-", "-x", '""', "()", " ".join(["w"] * 1000), "\udcff"]:
+        with pytest.raises(BadQuery):
+            parse_query(bad)
+
+
+def test_the_core_finds_what_the_index_holds_and_a_hostile_query_finds_nothing(
+    tmp_path: Path,
+) -> None:
+    """Without a mount: the results of a query, their page, and every odd query answered
+    (SQLite sees each word quoted)."""
+    v = Driven(Store(str(copies(tmp_path))))
+    folder = v.lookup(1, "search").ino
+    found = v.children(v.lookup(folder, "fraction").ino)
+    assert found and all(n.startswith(f"{i:03d}-") for i, (n, _) in enumerate(found, 1))
+    page = v.content(v.lookup(folder, "fraction.md").ino).decode()
+    assert page.count("**") >= 2 and "/nodes/" in page
+    for odd in ['a" OR "b', "text:x", "x AND", "NOT y", "'quoted'", "é*", "1e10"]:
+        v.children(v.lookup(folder, odd).ino)
