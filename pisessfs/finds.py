@@ -20,7 +20,7 @@ from .jsonl import decode_line
 from .kind import Kind
 from .model import iso_ms
 from .names import VIEW_SUFFIX, id_name
-from .nodekind import NodeKind
+from .nodekind import SESSION_NAMES, NodeKind
 from .search import LIMIT, BadQuery, Doc, Found, Hit, Query, marked_lines, parse_query
 from .sessions import Work
 
@@ -96,7 +96,17 @@ class SearchFolder(NodeKind):
     fmt = stat.S_IFDIR
     sessionless = True
 
+    def never(self, name: str) -> bool:
+        # rg, git and file managers look for .gitignore, .git, .hidden in every folder they
+        # enter: no query (each would build the index), and no log line
+        return name.startswith(".")
+
     def child(self, v: View, key: Key, name: str) -> Key:
+        if self.never(name):
+            raise NotFound(name)
+        if name in SESSION_NAMES:  # (*/session.json, */conversation.md: sessions only)
+            log.info('search: %r is a session\'s file name, no query (quote it: "%s")', name, name)
+            raise NotFound(name)
         page = name.endswith(VIEW_SUFFIX) and len(name) > len(VIEW_SUFFIX)
         text = name[: -len(VIEW_SUFFIX)] if page else name
         _query(text)

@@ -29,7 +29,7 @@ from .errors import NotALink, NotFound
 from .handles import FileSnapshot, Snapshot
 from .kind import Kind
 from .names import VIEW_SUFFIX, id_name, utf8
-from .nodekind import Growth, NodeKind, Request
+from .nodekind import SESSION_NAMES, Growth, NodeKind, Request
 from .render import message_of
 from .sessions import Loaded, Work
 
@@ -104,8 +104,9 @@ class Project(Root):
         return {"user.pi.cwd": utf8(cwd)} if cwd is not None else {}
 
     def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
-        out = [(i.name, v.item_key(i)) for i in v.store.sessions_in(key.path)]
-        return [*out, (SEARCH, key._replace(kind=Kind.SEARCH))]
+        # (its search/ is not listed: a glob or a loop over a project's folders, */*/, meets
+        # sessions only)
+        return [(i.name, v.item_key(i)) for i in v.store.sessions_in(key.path)]
 
 
 LATEST, SEARCH = "latest", "search"
@@ -113,18 +114,6 @@ LATEST, SEARCH = "latest", "search"
 ROOT_KINDS = {LATEST: Kind.LATEST, SEARCH: Kind.SEARCH, "usage": Kind.USAGE}
 
 
-#: A session folder's listed names and their kinds, in listing order.
-SESSION_NAMES = {
-    "conversation.md": Kind.CONVERSATION,
-    "current": Kind.CURRENT,
-    "current.md": Kind.CURRENT_VIEW,
-    "leaves": Kind.LEAVES,
-    "nodes": Kind.NODES,
-    "parent": Kind.PARENT,
-    "tree.txt": Kind.TREE,
-    "session.json": Kind.JSON,
-    "session.jsonl": Kind.RAW_LINK,
-}
 _NEEDS_RESUME = frozenset({Kind.CURRENT, Kind.CURRENT_VIEW})
 
 

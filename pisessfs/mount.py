@@ -135,6 +135,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
             held=lambda: (len(store.answers), store.held()),
             disk=lambda: _on_disk(cache),
             warm=lambda: warmup.state,
+            search=view.search().said,
             requests=lambda: (Asked.requests, Asked.at_once),
             shown=lambda: _shown(store, cache),
             refused=lambda: refusals.last,

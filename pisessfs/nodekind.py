@@ -17,6 +17,19 @@ from .sessions import Loaded, SessionFile, Work
 if TYPE_CHECKING:
     from .view import Attr, Key, View
 
+#: A session folder's listed names and their kinds, in listing order.
+SESSION_NAMES = {
+    "conversation.md": Kind.CONVERSATION,
+    "current": Kind.CURRENT,
+    "current.md": Kind.CURRENT_VIEW,
+    "leaves": Kind.LEAVES,
+    "nodes": Kind.NODES,
+    "parent": Kind.PARENT,
+    "tree.txt": Kind.TREE,
+    "session.json": Kind.JSON,
+    "session.jsonl": Kind.RAW_LINK,
+}
+
 Waited = set[tuple[str, str, int]]
 
 

@@ -138,6 +138,21 @@ class _Progress:
     sessions: int = 0
     building: bool = False
     unread: list[str] = field(default_factory=list)
+    started: float = 0.0  # (time.monotonic) when the build began
+    done_then: int = 0  # ... and how many were indexed then
+
+    def said(self) -> str:
+        """The build's progress, as ``pisessfs status`` says it."""
+        if not self.sessions:
+            return ""  # (not built yet: it is built at the first search)
+        done = f"{self.indexed:,} of {self.sessions:,} sessions indexed"
+        if not self.building:
+            return done
+        took = time.monotonic() - self.started
+        rate = (self.indexed - self.done_then) / took if took > 0 else 0.0
+        left = (self.sessions - self.indexed) / rate if rate > 0 else None
+        about = f", about {left:.0f} s to go" if left is not None else ""
+        return f"building: {done}, {rate:.0f} a second{about}"
 
 
 class SearchIndex:
@@ -166,6 +181,9 @@ class SearchIndex:
     def fresh(self) -> bool:
         return time.monotonic() - self._checked < FRESH
 
+    def said(self) -> str:
+        return self.progress.said()
+
     def refresh(self) -> None:
         """(Blocking.) Index what changed, for :data:`BUDGET` seconds at most; what is left
         goes on in a thread of its own (a first build of a year of sessions), and a query
@@ -175,6 +193,8 @@ class SearchIndex:
         try:
             if not self.fresh() and not self._update(time.monotonic() + BUDGET):
                 self.progress.building = True
+                self.progress.started = time.monotonic()
+                self.progress.done_then = self.progress.indexed
                 threading.Thread(target=self._build, name="search-build", daemon=True).start()
                 return  # (the lock goes with the thread)
         except BaseException:
@@ -210,6 +230,7 @@ class SearchIndex:
             self.store.run(lambda db: _remove(db, gone, True), "search: sessions gone")
             self.generation += 1
         done = 0
+        self.progress.sessions = len(now)
         for path, st in now.items():
             was = seen.get(path)
             if was is not None and was[0][2:] == (st.st_size, st.st_mtime_ns):
@@ -223,7 +244,9 @@ class SearchIndex:
             except Exception as err:  # (unreadable, or gone meanwhile: not searched)
                 log.debug("search: %s not indexed: %s", path, err)
                 unread.append(path)
-        self.progress = _Progress(done, len(now), self.progress.building, unread)
+            self.progress.indexed = done
+        p = self.progress
+        self.progress = _Progress(done, len(now), p.building, unread, p.started, p.done_then)
         complete = done + len(unread) >= len(now)
         if complete:
             self._checked = time.monotonic()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -189,6 +190,61 @@ def walked_bytes(mnt: Path) -> tuple[int, int]:
     return files, size
 
 
+def vocabulary(raw: Path, n: int) -> tuple[list[str], list[str]]:
+    """``n`` common and ``n`` rare words of the corpus (counted in a sample of its files):
+    each query of the search figures asks for words no query before asked for (a query's
+    results are kept until the index changes)."""
+    counts: dict[str, int] = {}
+    files = sorted(raw.rglob("*.jsonl"))
+    for f in random.Random(7).sample(files, min(200, len(files))):
+        for w in re.findall(rb"[A-Za-z]{5,12}", f.read_bytes()[: 1 << 20]):
+            word = w.decode().lower()
+            counts[word] = counts.get(word, 0) + 1
+    ranked = sorted(counts, key=lambda w: (-counts[w], w))
+    common = ranked[10 : 10 + n]  # (past the JSON keys every line has)
+    rare = [w for w in ranked if 2 <= counts[w] <= 4][:n]
+    return common, rare
+
+
+def search_figures(m: b.Mount, raw: Path, disk: Path, runs: int) -> dict[str, Any]:
+    """The index's first build (from the first query to every session indexed), its size,
+    and the latency of ``ls search/<Q>/`` and ``cat search/<Q>.md`` for one- and two-word
+    queries of common and rare words, against ``rg -i -w`` of the first word on the raw
+    folder, warm."""
+
+    def db_bytes() -> int:
+        return sum(p.stat().st_size for p in disk.glob("pisessfs.sqlite*"))
+
+    before = db_bytes()
+    page = m.mnt / "search" / "pisessfsbenchword.md"
+    started = time.monotonic()
+    first = page.read_text().splitlines()[0]
+    while True:
+        said = re.search(r"in ([\d,]+) of ([\d,]+) sessions", first)
+        if said and said.group(1) == said.group(2):
+            break
+        time.sleep(0.5)
+        first = page.read_text().splitlines()[0]
+    out: dict[str, Any] = {"build_s": time.monotonic() - started, "sessions": said.group(2)}
+    out["index_bytes"] = db_bytes() - before
+    common, rare = vocabulary(raw, 4 * runs)
+    queries = {
+        "one common word": [[w] for w in common[:runs]],
+        "one rare word": [[w] for w in rare[:runs]],
+        "two common words": [common[runs + 2 * i : runs + 2 * i + 2] for i in range(runs)],
+        "two rare words": [rare[runs + 2 * i : runs + 2 * i + 2] for i in range(runs)],
+    }
+    for what, asked in queries.items():
+        ls, cat, rg = [], [], []
+        for words in asked:
+            q = " ".join(words)
+            ls.append(timed(["ls", str(m.mnt / "search" / q)]))
+            cat.append(timed(["cat", str(m.mnt / "search" / f"{q}.md")]))
+            rg.append(timed(["rg", "-i", "-w", "--no-messages", words[0], str(raw)]))
+        out[what] = {"ls": ls, "cat": cat, "rg": rg, "queries": [" ".join(w) for w in asked]}
+    return out
+
+
 def first_listing(raw: Path, tmp: Path, project_sessions: int) -> dict[str, float]:
     """Mount start and the first ``ls -l`` of a project of ``project_sessions`` sessions."""
     src = next(p for p in sorted(raw.iterdir()) if p.is_dir())
@@ -206,7 +262,8 @@ def first_listing(raw: Path, tmp: Path, project_sessions: int) -> dict[str, floa
         m.stop()
 
 
-def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+def corpus_of(args: argparse.Namespace, tmp: Path) -> tuple[Path, dict[str, Any]]:
+    """The raw sessions folder, generated or reused, and what it was made with."""
     corpus = Path(args.corpus) if args.corpus else tmp / "corpus"
     raw = corpus / "sessions"
     if (corpus / MARKER).exists():
@@ -220,6 +277,11 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     else:
         b.log(f"corpus: generating {args.sessions} sessions, {args.mb} MiB into {raw}")
         facts = generate(raw, args.sessions, args.mb, args.projects, args.big_mb)
+    return raw, facts
+
+
+def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    raw, facts = corpus_of(args, tmp)
     result: dict[str, Any] = {"corpus": facts, "word": args.word, "runs": args.runs}
     if args.pisessfs:  # (an installed command runs its own copy of the package)
         result["code"] = {"installed": args.pisessfs}
@@ -240,6 +302,11 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             result[f"{tool}_warm_raw"] = warm(tool, args.word, raw, args.runs)
             result[f"{tool}_warm_mount"] = warm(tool, args.word, m.mnt, args.runs)
         result["memory_kb"] = b.vm_kb(m.pid)
+        if not args.no_search:
+            b.log("search: the index's first build, then queries")
+            result["search"] = search_figures(m, raw, disk, args.runs)
+            b.log("grep -r: warm, once the index is built")
+            result["grep_warm_indexed"] = warm("grep", args.word, m.mnt, args.runs)
         result["hits"] = hits(args.word, raw, m.mnt)
         result["walk_files"], result["walk_bytes"] = walked_bytes(m.mnt)
         if not args.no_cold:
@@ -300,6 +367,8 @@ def report(r: dict[str, Any]) -> str:
             lines.append(f"{what:<26} {a:8.2f} {m:8.2f} {m / a:6.2f}  (cold raw) runs {each}")
     if "warm_up" in r:
         lines.append(f"the last --warm daemon's warm-up: {r['warm_up']}")
+    if "search" in r:
+        lines += ["", *search_report(r)]
     h = r["hits"]
     per = h["conversation_lines"] / max(1, h["raw_entries"])
     lines += [
@@ -317,6 +386,29 @@ def report(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def search_report(r: dict[str, Any]) -> list[str]:
+    s, c = r["search"], r["corpus"]
+    lines = [
+        f"search: first build of the index {s['build_s']:.1f} s for {s['sessions']} sessions "
+        f"(target <= 60 s); index {s['index_bytes'] / 2**20:.0f} MiB "
+        f"({s['index_bytes'] / c['bytes']:.2f}x the raw bytes; target <= 0.5x)",
+        f"{'query':<18} {'ls med':>7} {'p95':>6} {'cat med':>8} {'p95':>6} {'rg -i -w':>9} "
+        f"{'rg/ls':>6}  (ms; target: <= 50 ms, >= 5x faster than rg)",
+    ]
+    for what in ("one common word", "one rare word", "two common words", "two rare words"):
+        q = s[what]
+        ls, cat, rg = (b.median(q[k]) * 1000 for k in ("ls", "cat", "rg"))
+        p95 = {k: sorted(q[k])[max(0, round(0.95 * len(q[k])) - 1)] * 1000 for k in ("ls", "cat")}
+        lines.append(
+            f"{what:<18} {ls:7.1f} {p95['ls']:6.1f} {cat:8.1f} {p95['cat']:6.1f} {rg:9.1f} "
+            f"{rg / ls:6.1f}"
+        )
+    if "grep_warm_indexed" in r:
+        before, after = b.median(r["grep_warm_mount"]), b.median(r["grep_warm_indexed"])
+        lines.append(f"warm grep -r before the index {before:.2f} s, after {after:.2f} s")
+    return lines
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="scripts/bench_scale.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="500 sessions, 100 MiB, 2 runs")
@@ -330,6 +422,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--word", default="timeout")
     p.add_argument("--cache-mb", type=int, help="the daemon's --cache-mb (default: its own)")
     p.add_argument("--no-cold", action="store_true")
+    p.add_argument("--no-search", action="store_true", help="no search figures")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--tmp", metavar="DIR")
     p.add_argument(

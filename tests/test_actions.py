@@ -372,7 +372,7 @@ def test_refusals_answer_their_errno_and_change_nothing(tmp_path: Path, trash_ho
         lock.unlink()
         assert {f: f.read_bytes() for f in (root / "--p--").iterdir()} == files
         assert not trash_home.exists() or not any((trash_home / "files").iterdir())
-        assert sorted(os.listdir(p)) == sorted([ok.name, v1.name, v4.name, "search"])
+        assert sorted(os.listdir(p)) == sorted([ok.name, v1.name, v4.name])
 
 
 @pytest.mark.warns

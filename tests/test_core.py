@@ -229,7 +229,7 @@ def test_view_layout_of_a_session(tmp_path: Path) -> None:
     v = Driven(Store(str(tmp_path)))
     proj = v.lookup(1, "home-x").ino
     sess = enter(v, proj, "s1")
-    assert [n for n, _ in v.children(proj)] == ["2026-11-20T1000-first-question-dmg", "search"]
+    assert [n for n, _ in v.children(proj)] == ["2026-11-20T1000-first-question-dmg"]
     assert [n for n, _ in v.children(1)] == ["home-x", "latest", "search", "usage"]  # one latest
     assert v.readlink(v.lookup(1, "latest").ino) == b"home-x/2026-11-20T1000-first-question-dmg"
     assert [n for n, _ in v.children(sess)] == [
@@ -574,9 +574,7 @@ def test_a_dropped_sessions_files_are_read_from_the_store_in_memory_without_a_pa
     v.view.disk = store.disk = kept
     proj = v.lookup(1, "home-x").ino
     whole: dict[int, bytes] = {}
-    for name, a in v.children(proj):
-        if name == "search":
-            continue
+    for _, a in v.children(proj):
         listing = dict(v.children(a.ino))  # renders the three; kept answers hold their sizes
         for n in ("conversation.md", "tree.txt", "session.json"):
             whole[listing[n].ino] = v.content(listing[n].ino)

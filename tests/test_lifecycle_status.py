@@ -263,3 +263,15 @@ def test_status_says_when_the_pyfuse3_is_the_slow_stock_one() -> None:
     assert "the stock one" in line and "scripts/install" in line
     rec.fast = True
     assert "slower" not in status.as_text(status.Entry(m, rec, True, True, 1 << 20), 0.0)
+
+
+def test_status_says_how_far_the_search_index_is(sessions: Path, env: dict[str, str]) -> None:
+    """Before the first search: not built; after it, every session indexed, in words."""
+    with background(sessions, env) as mnt:
+        e = status_json(env)[str(mnt)]
+        assert e["search"] is None, e  # (not built: built at the first search)
+        n = len(list(sessions.rglob("*.jsonl")))
+        os.listdir(mnt / "search" / "the")
+        want = f"{n:,} of {n:,} sessions indexed"
+        wait_for(lambda: status_json(env)[str(mnt)]["search"] == want, 10, "the index")
+        assert f"search     {want}" in pisessfs("status", env=env).stdout

@@ -45,7 +45,8 @@ def holds(text: str, word: str) -> bool:
     tokenizer cuts words (letters and digits; ``_`` separates)."""
     stem, prefix = (word[:-1], True) if word.endswith("*") else (word, False)
     tail = r"[^\W_]*" if prefix else ""
-    return re.search(rf"(?<![^\W_]){re.escape(plain(stem))}{tail}(?![^\W_])", plain(text)) is not None
+    found = re.search(rf"(?<![^\W_]){re.escape(plain(stem))}{tail}(?![^\W_])", plain(text))
+    return found is not None
 
 
 def message_files(m: Mount) -> dict[tuple[str, str], Path]:
@@ -106,10 +107,15 @@ def test_every_result_holds_its_words_and_every_message_with_them_is_found(
         without = {(s, e) for s, e, _ in results(m.path / "search" / "fraction -parser")}
         assert without and not without & both
         # a project's own search/
-        project = next(p for p in m.path.iterdir() if (p / "search").is_dir() and p.name != "search")
+        project = next(p for p in sorted(m.path.iterdir()) if p.name.startswith("home-"))
         mine = results(project / "search" / "the")
         assert mine and all(t.is_relative_to(project) for _, _, t in mine)
         assert os.listdir(m.path / "search") == [] and os.listdir(project / "search") == []
+        assert "search" not in os.listdir(project)  # (resolves, unlisted: */*/ is sessions)
+        sessions = len(list(root.rglob("*.jsonl")))
+        assert len(list(m.path.glob("*/*/session.json"))) == sessions
+        for name in ("session.json", "conversation.md", "tree.txt", "nodes", ".gitignore"):
+            assert not (m.path / "search" / name).exists()  # (*/session.json: sessions only)
     assert m.proc.returncode == 0
 
 
