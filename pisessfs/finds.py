@@ -21,7 +21,18 @@ from .kind import Kind
 from .model import iso_ms
 from .names import VIEW_SUFFIX, id_name
 from .nodekind import SESSION_NAMES, NodeKind
-from .search import LIMIT, BadQuery, Doc, Found, Hit, Query, marked_lines, parse_query
+from .search import (
+    LIMIT,
+    BadQuery,
+    Doc,
+    Found,
+    Hit,
+    Indexed,
+    Parsed,
+    Query,
+    marked_lines,
+    parse_query,
+)
 from .sessions import Work
 
 if TYPE_CHECKING:
@@ -133,9 +144,21 @@ def _found(v: View, key: Key) -> Found:
     return v.search().find(_query(key.eid), folder)
 
 
-def _refresh(v: View) -> Work | None:
+def _refresh(v: View, key: Key) -> Work | None:
+    """The index brought up to date, then the names of the sessions of the results read
+    (a project no one listed yet: reading each head is no work for the loop)."""
     index = v.search()
-    return None if index.fresh() else index.refresh
+    if index.fresh():
+        folders = {posixpath.dirname(h.path) for h in _found(v, key).hits}
+        missing = [p for f in sorted(folders) for p in v.store.heads_missing(f)]
+        return (lambda: v.store.read_heads(missing)) if missing else None
+
+    def work() -> None:
+        index.refresh()
+        folders = {posixpath.dirname(h.path) for h in _found(v, key).hits}
+        v.store.read_heads([p for f in sorted(folders) for p in v.store.heads_missing(f)])
+
+    return work
 
 
 class SearchResults(NodeKind):
@@ -146,7 +169,7 @@ class SearchResults(NodeKind):
     sessionless = True
 
     def prepare(self, v: View, key: Key) -> Work | None:
-        return _refresh(v)
+        return _refresh(v, key)
 
     def child(self, v: View, key: Key, name: str) -> Key:
         rank, _, _ = name.partition("-")
@@ -225,7 +248,7 @@ class SearchPage(NodeKind):
     sessionless = True
 
     def prepare(self, v: View, key: Key) -> Work | None:
-        return _refresh(v)
+        return _refresh(v, key)
 
     def content(self, v: View, key: Key) -> bytes:
         q = _query(key.eid)
@@ -294,6 +317,27 @@ def _hit_text(v: View, hit: Hit) -> str:
     if not isinstance(d, dict):
         return ""
     return render.render(d).decode("utf-8", "replace")
+
+
+def parsed_docs(v: View, path: str, was: Indexed | None) -> Parsed:
+    """(Blocking.) Session ``path`` parsed, and what to index of it: its entries past those
+    ``was`` indexed, or all of them when the file is no longer the one indexed."""
+    sf = v.store.session(path)
+    sf.load()
+    with sf.lock:  # (a copy that appends do not change, read without the lock)
+        assert sf.loaded is not None
+        s = sf.loaded.frozen()
+    ident = s.ident
+    assert ident is not None
+    entries = s.parser.entries
+    since = 0
+    same = was is not None and was.ident[:2] == (ident.dev, ident.ino)
+    if same and was is not None and 0 < was.entries <= len(entries):
+        e = entries[was.entries - 1]
+        since = was.entries if (e.id, e.end) == was.last else 0  # (else: rewritten since)
+    last = (entries[-1].id, entries[-1].end) if entries else None
+    now = Indexed((ident.dev, ident.ino, ident.size, ident.mtime_ns), len(entries), last)
+    return Parsed(now, entry_docs(v, s, since), anew=since == 0)
 
 
 def entry_docs(v: View, s: Loaded, since: int) -> list[Doc]:

@@ -99,7 +99,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
     appender = Appender()
     ops = Operations(view, read_only=opts.read_only, cap=opts.max_message_bytes, put=appender.put)
     watcher = Watcher(store, view)
-    ops.reads.watched = lambda: not watcher.blind
+    ops.reads.watched = view.watched = lambda: not watcher.blind
     warmup = WarmUp(ops)
     # Block the signals until the loop runs: a SIGINT between init and main would otherwise
     # leave the mount behind (s3ql's lesson).

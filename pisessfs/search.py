@@ -15,6 +15,7 @@ query is: :func:`parse_query`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -24,7 +25,7 @@ import threading
 import time
 import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import orjson
@@ -126,10 +127,26 @@ class Found:
     mtime_ns: int = 0
 
 
-#: The session file as indexed: (dev, ino, size, mtime_ns), and how many entries of its
-#: parse were indexed.
-Indexed = tuple[tuple[int, int, int, int], int]
-DocsOf = Callable[[str, int], tuple[tuple[int, int, int, int], int, list[Doc]]]
+class Indexed(NamedTuple):
+    """A session file as indexed: its (dev, ino, size, mtime_ns), how many entry lines of
+    its parse were indexed, and the id and end offset of the last (what a parse of the file
+    grown since must still have there, else the file was rewritten: indexed anew)."""
+
+    ident: tuple[int, int, int, int]
+    entries: int
+    last: tuple[str, int] | None
+
+
+class Parsed(NamedTuple):
+    """What ``docs_of`` gives: the file as parsed, and its entries from the one asked on
+    (all of them when the file is no longer what was indexed: ``anew``)."""
+
+    indexed: Indexed
+    docs: list[Doc]
+    anew: bool
+
+
+DocsOf = Callable[[str, Indexed | None], Parsed]
 
 
 @dataclass
@@ -137,14 +154,13 @@ class _Progress:
     indexed: int = 0
     sessions: int = 0
     building: bool = False
-    unread: list[str] = field(default_factory=list)
     started: float = 0.0  # (time.monotonic) when the build began
     done_then: int = 0  # ... and how many were indexed then
 
     def said(self) -> str:
-        """The build's progress, as ``pisessfs status`` says it."""
+        """The build's progress, as ``pisessfs status`` says it ("": not built yet)."""
         if not self.sessions:
-            return ""  # (not built yet: it is built at the first search)
+            return ""
         done = f"{self.indexed:,} of {self.sessions:,} sessions indexed"
         if not self.building:
             return done
@@ -158,10 +174,12 @@ class _Progress:
 class SearchIndex:
     """The index of every session the mount shows, in the store.
 
-    ``sessions()`` lists them (path, project folder); ``docs_of(path, since)`` parses one
-    and gives its identity, how many entries its parse has, and the conversation entries
-    from the ``since``-th on. :meth:`refresh` brings the index up to date (blocking: run
-    off the loop; a first build goes on in a thread of its own); :meth:`find` answers."""
+    ``sessions()`` lists them (path, project folder); ``docs_of(path, was)`` parses one and
+    gives what to index of it (:class:`Parsed`). :meth:`refresh` brings the index up to date
+    (blocking: run off the loop; a first build goes on in a thread of its own); :meth:`find`
+    answers. Which files changed: every file's ``stat`` at most every :data:`FRESH` seconds,
+    or, while ``watched()`` says the watcher sees every folder, the files it named
+    (:meth:`note`)."""
 
     def __init__(
         self,
@@ -169,16 +187,35 @@ class SearchIndex:
         sessions: Callable[[], list[tuple[str, str]]],
         lstat: Callable[[str], os.stat_result],
         docs_of: DocsOf,
+        watched: Callable[[], bool] = lambda: False,
     ) -> None:
         self.store, self.sessions, self.lstat, self.docs_of = store, sessions, lstat, docs_of
+        self.watched = watched
         self.scope = key(store.scope)
         self._lock = threading.Lock()  # one update at a time
-        self._checked = -1e9
+        self._checked = -1e9  # (time.monotonic) of the last full look
+        self._known: dict[str, Indexed] | None = None  # what is indexed, by file
+        self._due: set[str] = set()  # files seen changed, or not indexed yet
+        self._noted: set[str] = set()  # files the watcher named since the last update
+        self._rescan = True  # a look at every file is due (the watcher cannot say)
         self.generation = 0  # grows with every change of the index: found results are of one
         self.progress = _Progress()
         self._found: dict[tuple[str, str | None], tuple[int, Found]] = {}
 
+    def note(self, path: str | None) -> None:
+        """(The watcher's.) Session file ``path`` changed, came or went (None: any may have,
+        a folder came or events were lost)."""
+        if path is None:
+            self._rescan = True
+        else:
+            self._noted.add(path)
+
     def fresh(self) -> bool:
+        """Whether nothing is known to be due (a query then answers without a look)."""
+        if self._due or self._noted:
+            return False
+        if self.watched() and not self._rescan:
+            return True
         return time.monotonic() - self._checked < FRESH
 
     def said(self) -> str:
@@ -215,42 +252,49 @@ class SearchIndex:
             self._lock.release()
 
     def _update(self, until: float | None) -> bool:
-        """(Under the lock.) Index each session file whose stat moved on, until ``until``
-        (None: all); True when all are done."""
-        seen = self._seen()
-        now: dict[str, os.stat_result] = {}
-        unread: list[str] = []
-        for path, _ in self.sessions():
-            try:
-                now[path] = self.lstat(path)
-            except Exception:  # (gone, or not readable: not searched)
-                unread.append(path)
-        gone = [p for p in seen if p not in now]
-        if gone:
-            self.store.run(lambda db: _remove(db, gone, True), "search: sessions gone")
-            self.generation += 1
-        done = 0
-        self.progress.sessions = len(now)
-        for path, st in now.items():
-            was = seen.get(path)
-            if was is not None and was[0][2:] == (st.st_size, st.st_mtime_ns):
-                done += 1
-                continue
+        """(Under the lock.) Index each session file due, until ``until`` (None: all);
+        True when none is left."""
+        if self._known is None:
+            self._known = self._seen()
+        known = self._known
+        noted, self._noted = self._noted, set()
+        if self._rescan or not self.watched() or time.monotonic() - self._checked > 3600:
+            self._rescan = False
+            listed = {path for path, _ in self.sessions()}
+            self._due = {p for p in listed if p not in known} | set(known) | noted
+            self._checked = time.monotonic()
+        else:
+            self._due |= noted
+        gone = []
+        for path in sorted(self._due):
             if until is not None and time.monotonic() > until:
+                break
+            self._due.discard(path)
+            try:
+                st = self.lstat(path)
+            except Exception:  # (gone, or no longer a file to read: not searched)
+                if path in known:
+                    gone.append(path)
+                continue
+            was = known.get(path)
+            if was is not None and was.ident[2:] == (st.st_size, st.st_mtime_ns):
                 continue
             try:
-                self._index(path, st, was)
-                done += 1
+                known[path] = self._index(path, was)
             except Exception as err:  # (unreadable, or gone meanwhile: not searched)
                 log.debug("search: %s not indexed: %s", path, err)
-                unread.append(path)
-            self.progress.indexed = done
+                if known.pop(path, None) is not None:
+                    gone.append(path)
+            self.progress.indexed = len(known)
+        if gone:
+            for path in gone:
+                known.pop(path, None)
+            self.store.run(lambda db: _remove(db, gone, True), "search: sessions gone")
+            self.generation += 1
         p = self.progress
-        self.progress = _Progress(done, len(now), p.building, unread, p.started, p.done_then)
-        complete = done + len(unread) >= len(now)
-        if complete:
-            self._checked = time.monotonic()
-        return complete
+        left = len({q for q in self._due if q not in known})
+        self.progress = _Progress(len(known), len(known) + left, p.building, p.started, p.done_then)
+        return not self._due
 
     def _seen(self) -> dict[str, Indexed]:
         rows = self.store.query(
@@ -258,23 +302,25 @@ class SearchIndex:
         )
         out: dict[str, Indexed] = {}
         for path, mark, seen in rows:
-            was = orjson.loads(seen)
-            if mark == self.store.mark and isinstance(was, list) and len(was) == 5:
-                out[path_of(path)] = ((was[0], was[1], was[2], was[3]), was[4])
+            with contextlib.suppress(ValueError, TypeError):
+                (dev, ino, size, mtime_ns), count, last = orjson.loads(seen)
+                at = (str(last[0]), int(last[1])) if last is not None else None
+                if mark == self.store.mark:
+                    out[path_of(path)] = Indexed((dev, ino, size, mtime_ns), count, at)
         return out
 
-    def _index(self, path: str, st: os.stat_result, was: Indexed | None) -> None:
-        grown = was is not None and was[0][:2] == (st.st_dev, st.st_ino) and st.st_size >= was[0][2]
-        since = was[1] if grown and was is not None else 0
-        ident, count, docs = self.docs_of(path, since)
+    def _index(self, path: str, was: Indexed | None) -> Indexed:
+        """Index what session ``path`` holds past what ``was`` indexed of it."""
+        parsed = self.docs_of(path, was)
         folder = key(os.path.dirname(path))
         at = key(path)
-        seen = orjson.dumps([*ident, count]).decode()
+        now = parsed.indexed
+        seen = orjson.dumps([now.ident, now.entries, now.last]).decode()
 
         def write(db: sqlite3.Connection) -> None:
-            if not grown:
+            if parsed.anew:
                 _remove(db, [path], False)
-            for d in docs:
+            for d in parsed.docs:
                 cur = db.execute(
                     "INSERT INTO search_docs (path, folder, eid, name, ts_ms, start, end)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -291,6 +337,7 @@ class SearchIndex:
 
         self.store.run(write, f"search: {path}")
         self.generation += 1
+        return now
 
     def find(self, q: Query, folder: str | None) -> Found:
         """The hits of ``q`` (in project folder ``folder``, or everywhere), best first; a

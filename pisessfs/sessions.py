@@ -423,6 +423,9 @@ class Store:
         # What a whole read of a session found besides its entries (its usage) is offered
         # to whoever keeps it (the view says who).
         self.on_parsed: Callable[[str, Loaded], None] | None = None
+        # Told of every session file that changed, came or went (None: any may have): what
+        # keeps something of every session (the search index) looks at those only.
+        self.watchers: list[Callable[[str | None], None]] = []
         # What each session's folders answered, kept past its parse (a walk of a dropped
         # session is answered from them), within a share of the same cap.
         self.answers = Kept(cap=max(int(cache_bytes * ANSWERS_SHARE), ANSWERS_FLOOR))
@@ -629,6 +632,8 @@ class Store:
         """Session file ``path`` changed (the watcher says so): its entry in the store and
         its last ``stat`` no longer vouch for it."""
         self._latest = None
+        for told in self.watchers:
+            told(path)
         if self.disk is not None:
             self.disk.drop(path)
         sf = self._files.get(path)
@@ -675,8 +680,17 @@ class Store:
     def known(self, path: str) -> SessionFile | None:
         return self._files.get(path)
 
+    def changed_all(self) -> None:
+        """Any session file may have changed, come or gone (a folder came or went, events
+        were lost)."""
+        self._latest = None
+        for told in self.watchers:
+            told(None)
+
     def forget(self, path: str) -> None:
         self._latest = None
+        for told in self.watchers:
+            told(path)
         sf = self._files.get(path)
         if self.disk is not None:
             self.disk.drop(path)  # (a session gone leaves none of its text behind)

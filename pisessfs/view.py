@@ -23,6 +23,7 @@ file bound everything under its folder, a project folder's bound its listing (DE
 
 from __future__ import annotations
 
+import functools
 import logging
 import stat
 import threading
@@ -44,7 +45,7 @@ from .errors import (
     NotPermitted,
     ViewError,
 )
-from .finds import entry_docs
+from .finds import parsed_docs
 from .handles import Later, Snapshot
 from .inodes import ROOT_INO, Attr, Inodes, Key
 from .keeping import Keeping
@@ -52,7 +53,7 @@ from .kind import Kind
 from .layout import KINDS, WHOLE_KINDS
 from .nodekind import Request
 from .scratch import Node, ScratchLayer
-from .search import Doc, SearchIndex
+from .search import SearchIndex
 from .sessions import (
     Identity,
     Listing,
@@ -114,6 +115,9 @@ class View:
         self.carry = Carry(self, self.keeping)
         self._usage: Usage | None = None
         self._search: SearchIndex | None = None
+        # Whether the watcher sees every folder (the mount's says so): then the index looks
+        # only at the files it named, not at every file
+        self.watched: Callable[[], bool] = lambda: False
         self._usage_lock = threading.Lock()  # (and the search index's)
         store.on_evict = self.keeping.evicted
         store.on_parsed = self._parsed
@@ -199,28 +203,19 @@ class View:
         return self.disk
 
     def search(self) -> SearchIndex:
-        """The index of ``search/``, kept in the store (made at its first use)."""
+        """The index of ``search/``, kept in the store (made at its first use), told by the
+        watcher which session files changed."""
         with self._usage_lock:
             if self._search is None:
                 store = self.store
-                docs = self._docs_of
-                self._search = SearchIndex(
-                    self._a_store(), store.sessions_by_project, store.files.lstat, docs
-                )
+                docs = functools.partial(parsed_docs, self)
+                index = SearchIndex(
+                    self._a_store(), store.sessions_by_project, store.files.lstat, docs,
+                    lambda: self.watched(),  # noqa: PLW0108 (the mount sets it later)
+                )  # fmt: skip
+                store.watchers.append(index.note)
+                self._search = index
             return self._search
-
-    def _docs_of(self, path: str, since: int) -> tuple[tuple[int, int, int, int], int, list[Doc]]:
-        """(Blocking.) Session ``path`` parsed: its identity, how many entry lines it has,
-        and its conversation entries from the ``since``-th line on, to index."""
-        sf = self.store.session(path)
-        sf.load()
-        with sf.lock:  # (a copy that appends do not change, read without the lock)
-            assert sf.loaded is not None
-            s = sf.loaded.frozen()
-        ident = s.ident
-        assert ident is not None
-        docs = entry_docs(self, s, since)
-        return (ident.dev, ident.ino, ident.size, ident.mtime_ns), len(s.parser.entries), docs
 
     def _parsed(self, path: str, cur: Loaded) -> None:
         """(A parsing thread's.) Keep what the parse of ``path`` counted of its usage, when

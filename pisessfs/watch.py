@@ -116,6 +116,7 @@ class Watcher:
             self.view.changes.came_or_went()
 
     def _project(self, path: str, ev: Event) -> None:
+        self.store.changed_all()  # (a folder of sessions came or went)
         name = os.path.basename(path)
         if ev.mask & _CAME:
             self._watch(path)
@@ -137,6 +138,7 @@ class Watcher:
     def _everything_changed(self, changed: dict[str, None]) -> None:
         """Events were lost: every folder the kernel may have listed, and every session it
         may have seen (it keeps their answers for minutes), is dropped from its caches."""
+        self.store.changed_all()
         self.view.changes.contents(ROOT_INO)
         for _, ino in self.view.known_of(Kind.PROJECT):
             self.view.changes.contents(ino)

@@ -193,3 +193,33 @@ def test_the_core_finds_what_the_index_holds_and_a_hostile_query_finds_nothing(
     assert page.count("**") >= 2 and "/nodes/" in page
     for odd in ['a" OR "b', "text:x", "x AND", "NOT y", "'quoted'", "é*", "1e10"]:
         v.children(v.lookup(folder, odd).ino)
+
+
+def test_a_file_that_grew_is_indexed_from_where_it_was_and_one_rewritten_anew(
+    tmp_path: Path,
+) -> None:
+    """Appended entries are added to the index; a file rewritten in place (the same inode,
+    longer: Pi migrating an old file) is indexed anew: its old words are found no more."""
+    (tmp_path / "--p--").mkdir()
+    f = tmp_path / "--p--" / "s.jsonl"
+
+    def user(n: int, parent: int | None, text: str) -> bytes:
+        return damaged.line(damaged.user(f"{n:08x}", f"{parent:08x}" if parent else None, text, n))
+
+    f.write_bytes(damaged.line(damaged.HEADER) + user(1, None, "alpha bravo"))
+    v = Driven(Store(str(tmp_path)))
+    folder = v.lookup(1, "search").ino
+
+    def found(word: str) -> list[str]:
+        return [n for n, _ in v.children(v.lookup(folder, word).ino)]
+
+    assert len(found("alpha")) == 1 and found("charlie") == []
+    with f.open("ab") as out:
+        out.write(user(2, 1, "charlie delta"))
+    wait_for(lambda: len(found("charlie")) == 1, 5, "the appended entry")
+    assert len(found("alpha")) == 1  # (indexed once, not again)
+    with f.open("r+b") as again:  # the same inode, other entries, longer
+        again.write(damaged.line(damaged.HEADER) + user(7, None, "echo foxtrot golf hotel"))
+        again.write(user(8, 7, "india"))
+    wait_for(lambda: len(found("echo")) == 1, 5, "the rewritten file")
+    assert found("alpha") == [] and found("charlie") == [] and len(found("india")) == 1
