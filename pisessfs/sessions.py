@@ -612,21 +612,9 @@ class Store:
         memo = self._latest
         if memo is not None and time.monotonic() - memo[0] < LATEST_FRESH:
             return memo[1]
-        found = self._find_latest()
+        found = _find_latest(self)
         self._latest = (time.monotonic(), found)
         return found
-
-    def _find_latest(self) -> str | None:
-        best: tuple[int, str] | None = None
-        for item in self.top():
-            where = [item] if item.is_session else self.sessions_in(item.path)
-            folder = os.path.dirname(item.path) if item.is_session else item.path
-            found = {os.path.basename(i.path): i for i in where}
-            for name, st in self.files.lstats(folder, list(found)).items():
-                shown = found[name].name if item.is_session else f"{item.name}/{found[name].name}"
-                if best is None or (st.st_mtime_ns, shown) > best:
-                    best = (st.st_mtime_ns, shown)
-        return best[1] if best is not None else None
 
     def changed(self, path: str) -> None:
         """Session file ``path`` changed (the watcher says so): its entry in the store and
@@ -822,3 +810,17 @@ def _leaving(sf: SessionFile, now: float) -> Leaving | None:
 def _is_session_name(name: str) -> bool:
     """``<stem>.jsonl`` (Pi's temp files, ``*.jsonl.tmp``, are not sessions)."""
     return name.endswith(".jsonl") and len(name) > len(".jsonl")
+
+
+def _find_latest(store: Store) -> str | None:
+    """Where the session whose file changed last is (``Store.latest``)."""
+    best: tuple[int, str] | None = None
+    for item in store.top():
+        where = [item] if item.is_session else store.sessions_in(item.path)
+        folder = os.path.dirname(item.path) if item.is_session else item.path
+        found = {os.path.basename(i.path): i for i in where}
+        for name, st in store.files.lstats(folder, list(found)).items():
+            shown = found[name].name if item.is_session else f"{item.name}/{found[name].name}"
+            if best is None or (st.st_mtime_ns, shown) > best:
+                best = (st.st_mtime_ns, shown)
+    return best[1] if best is not None else None
