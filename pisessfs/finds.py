@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .view import Attr, View
 
 log = logging.getLogger(__name__)
-PAGE_LINE_MAX = 16 << 20  # bytes of a hit's line read for its page at most
+PAGE_LINE_MAX = 1 << 20  # bytes of a hit's line its page reads at most (else no lines)
 
 
 # -- usage/ --------------------------------------------------------------------------------
@@ -148,7 +148,7 @@ def _refresh(v: View, key: Key) -> Work | None:
     """The index brought up to date, then the names of the sessions of the results read
     (a project no one listed yet: reading each head is no work for the loop)."""
     index = v.search()
-    if index.fresh():
+    if not index.due():
         folders = {posixpath.dirname(h.path) for h in _found(v, key).hits}
         missing = [p for f in sorted(folders) for p in v.store.heads_missing(f)]
         return (lambda: v.store.read_heads(missing)) if missing else None
@@ -241,6 +241,21 @@ class SearchLink(NodeKind):
         return a._replace(scratch=True)
 
 
+def _page(v: View, q: Query, found: Found) -> bytes:
+    """``<Q>.md``: the query, how many matched in how much, then each hit with its lines."""
+    matches = f"{found.matches:,} match{'' if found.matches == 1 else 'es'}"
+    indexed = f"{found.indexed:,} of {found.sessions:,} sessions"
+    out = [f"# {q.text}: {matches} in {indexed}", ""]
+    if found.matches > len(found.hits) and len(found.hits) == LIMIT:
+        out += [f"The best {LIMIT} are below.", ""]
+    for rank, hit in enumerate(found.hits, 1):
+        where = _hit_path(v, hit)
+        out += [f"## {rank} · {_when(hit.ts_ms)} · {where}", ""]
+        lines = marked_lines(_hit_text(v, hit), q.words)
+        out += [f"> {line}" for line in lines] + ([""] if lines else [])
+    return "\n".join(out).encode("utf-8", "surrogateescape")
+
+
 class SearchPage(NodeKind):
     """``search/<Q>.md``: the hits as one readable page, with the lines that match."""
 
@@ -251,19 +266,10 @@ class SearchPage(NodeKind):
         return _refresh(v, key)
 
     def content(self, v: View, key: Key) -> bytes:
-        q = _query(key.eid)
         found = _found(v, key)
-        matches = f"{found.matches:,} match{'' if found.matches == 1 else 'es'}"
-        indexed = f"{found.indexed:,} of {found.sessions:,} sessions"
-        out = [f"# {q.text}: {matches} in {indexed}", ""]
-        if found.matches > len(found.hits) and len(found.hits) == LIMIT:
-            out += [f"The best {LIMIT} are below.", ""]
-        for rank, hit in enumerate(found.hits, 1):
-            where = _hit_path(v, hit)
-            out += [f"## {rank} · {_when(hit.ts_ms)} · {where}", ""]
-            lines = marked_lines(_hit_text(v, hit), q.words)
-            out += [f"> {line}" for line in lines] + ([""] if lines else [])
-        return "\n".join(out).encode("utf-8", "surrogateescape")
+        if found.page is None:  # (made once per version of the results: stat, then read)
+            found.page = _page(v, _query(key.eid), found)
+        return found.page
 
     def attr(self, v: View, ino: int, key: Key) -> Attr:
         found = _found(v, key)
@@ -303,12 +309,14 @@ def _hit_text(v: View, hit: Hit) -> str:
     """The text of a hit's entry, made from its line alone (a page shows the lines that
     match without parsing each hit's session: a tool result's title line, which its call
     gives, is not among them)."""
+    if hit.end - hit.start > PAGE_LINE_MAX:
+        return ""  # (a long message: its lines are in its file)
     try:
         fd = v.store.files.open(hit.path)
     except Unreadable:
         return ""
     try:
-        raw = os.pread(fd, min(hit.end - hit.start, PAGE_LINE_MAX), hit.start)
+        raw = os.pread(fd, hit.end - hit.start, hit.start)
     except OSError:
         return ""
     finally:

@@ -125,6 +125,7 @@ class Found:
     sessions: int
     mode: int = 0o444  # what every session of a hit lets read: no more of the results
     mtime_ns: int = 0
+    page: bytes | None = None  # <Q>.md, once made
 
 
 class Indexed(NamedTuple):
@@ -217,6 +218,11 @@ class SearchIndex:
         if self.watched() and not self._rescan:
             return True
         return time.monotonic() - self._checked < FRESH
+
+    def due(self) -> bool:
+        """Whether a query should bring the index up to date first (not while a build runs:
+        it answers from what is indexed)."""
+        return not self.progress.building and not self.fresh()
 
     def said(self) -> str:
         return self.progress.said()
@@ -342,7 +348,7 @@ class SearchIndex:
     def find(self, q: Query, folder: str | None) -> Found:
         """The hits of ``q`` (in project folder ``folder``, or everywhere), best first; a
         hit whose session is gone since is left out."""
-        memo = self._found.get((q.match, folder))
+        memo = self._found.get((q.text, folder))
         if memo is not None and memo[0] == self.generation:
             return memo[1]
         where = "search_text MATCH ?"
@@ -382,7 +388,7 @@ class SearchIndex:
             found.hits.append(Hit(p, _text(eid), _text(name), ts_ms, start, end))
         if len(self._found) > 64:
             self._found.clear()
-        self._found[(q.match, folder)] = (self.generation, found)
+        self._found[(q.text, folder)] = (self.generation, found)
         return found
 
 

@@ -223,3 +223,22 @@ def test_a_file_that_grew_is_indexed_from_where_it_was_and_one_rewritten_anew(
         again.write(user(8, 7, "india"))
     wait_for(lambda: len(found("echo")) == 1, 5, "the rewritten file")
     assert found("alpha") == [] and found("charlie") == [] and len(found("india")) == 1
+
+
+def test_a_query_during_the_first_build_answers_from_what_is_indexed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first build longer than a query's budget goes on in a thread of its own: a query
+    meanwhile answers at once, its page saying how much is indexed, and later ones find
+    everything."""
+    root = copies(tmp_path)
+    monkeypatch.setattr(search, "BUDGET", 0.0)  # (every build is longer than that)
+    v = Driven(Store(str(root)))
+    folder = v.lookup(1, "search").ino
+    first = v.content(v.lookup(folder, "fraction.md").ino).decode().splitlines()[0]
+    n = len(list(root.rglob("*.jsonl")))
+    assert re.fullmatch(rf"# fraction: [\d,]+ match(es)? in [\d,]+ of {n} sessions", first)
+    wait_for(lambda: not v.search().progress.building, 30, "the build")
+    assert v.search().said() == f"{n} of {n} sessions indexed"
+    page = v.content(v.lookup(folder, "fraction parser.md").ino).decode()
+    assert page.startswith("# fraction parser: ") and f"in {n} of {n} sessions" in page
