@@ -74,22 +74,26 @@ CREATE TABLE IF NOT EXISTS usage (  -- what it gave: sums by UTC day and model (
     PRIMARY KEY (path, day, model)
 );
 CREATE TABLE IF NOT EXISTS search_files (  -- what each session file's index was made from
-    path BLOB PRIMARY KEY,
+    id INTEGER PRIMARY KEY,
+    path BLOB NOT NULL UNIQUE,
     scope BLOB NOT NULL,
+    folder BLOB NOT NULL,    -- its project folder (a project's search/ looks there only)
     mark TEXT NOT NULL,
-    seen TEXT NOT NULL       -- [dev, ino, size, mtime_ns, its entries indexed] (JSON)
+    seen TEXT NOT NULL       -- [[dev, ino, size, mtime_ns], entries indexed, last] (JSON)
 );
 CREATE TABLE IF NOT EXISTS search_docs (  -- one conversation entry each (search.py)
     doc INTEGER PRIMARY KEY AUTOINCREMENT,  -- (never reused: the index keeps a removed one's words)
-    path BLOB NOT NULL,
-    folder BLOB NOT NULL,    -- its project folder (a project's search/ looks there only)
+    file INTEGER NOT NULL,   -- search_files.id
     eid TEXT NOT NULL,
     name TEXT NOT NULL,      -- its message file's name, MMMM-kind.md
     ts_ms INTEGER,
     start INTEGER NOT NULL,  -- its line in the file
     end INTEGER NOT NULL
 );
-CREATE INDEX IF NOT EXISTS search_docs_path ON search_docs(path);
+CREATE INDEX IF NOT EXISTS search_docs_file ON search_docs(file);
+CREATE TABLE IF NOT EXISTS search_dead (  -- docs removed, whose words the index still holds
+    doc INTEGER PRIMARY KEY
+);
 CREATE VIRTUAL TABLE IF NOT EXISTS search_text USING fts5(
     text, content='', tokenize='unicode61 remove_diacritics 2'
 );

@@ -241,12 +241,14 @@ class SearchLink(NodeKind):
         return a._replace(scratch=True)
 
 
-def _page(v: View, q: Query, found: Found) -> bytes:
+def _page(v: View, key: Key, found: Found) -> bytes:
     """``<Q>.md``: the query, how many matched in how much, then each hit with its lines."""
-    matches = f"{found.matches:,} match{'' if found.matches == 1 else 'es'}"
+    q = _query(key.eid)
+    n = v.search().count(q, None if key.path == v.store.root else key.path)
+    matches = f"{n:,} match{'' if n == 1 else 'es'}"
     indexed = f"{found.indexed:,} of {found.sessions:,} sessions"
     out = [f"# {q.text}: {matches} in {indexed}", ""]
-    if found.matches > len(found.hits) and len(found.hits) == LIMIT:
+    if n > len(found.hits) and len(found.hits) == LIMIT:
         out += [f"The best {LIMIT} are below.", ""]
     for rank, hit in enumerate(found.hits, 1):
         where = _hit_path(v, hit)
@@ -268,7 +270,7 @@ class SearchPage(NodeKind):
     def content(self, v: View, key: Key) -> bytes:
         found = _found(v, key)
         if found.page is None:  # (made once per version of the results: stat, then read)
-            found.page = _page(v, _query(key.eid), found)
+            found.page = _page(v, key, found)
         return found.page
 
     def attr(self, v: View, ino: int, key: Key) -> Attr:

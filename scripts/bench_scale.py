@@ -227,20 +227,23 @@ def search_figures(m: b.Mount, raw: Path, disk: Path, runs: int) -> dict[str, An
         first = page.read_text().splitlines()[0]
     out: dict[str, Any] = {"build_s": time.monotonic() - started, "sessions": said.group(2)}
     out["index_bytes"] = db_bytes() - before
-    common, rare = vocabulary(raw, 4 * runs)
+    common, rare = vocabulary(raw, 6 * runs)
+    # (each query twice as many times: once for ls, once, with other words, for cat)
     queries = {
-        "one common word": [[w] for w in common[:runs]],
-        "one rare word": [[w] for w in rare[:runs]],
-        "two common words": [common[runs + 2 * i : runs + 2 * i + 2] for i in range(runs)],
-        "two rare words": [rare[runs + 2 * i : runs + 2 * i + 2] for i in range(runs)],
+        "one common word": [[w] for w in common[: 2 * runs]],
+        "one rare word": [[w] for w in rare[: 2 * runs]],
+        "two common words": [common[2 * runs + 2 * i :][:2] for i in range(2 * runs)],
+        "two rare words": [rare[2 * runs + 2 * i :][:2] for i in range(2 * runs)],
     }
     for what, asked in queries.items():
         ls, cat, rg = [], [], []
-        for words in asked:
+        for i, words in enumerate(asked):
             q = " ".join(words)
-            ls.append(timed(["ls", str(m.mnt / "search" / q)]))
-            cat.append(timed(["cat", str(m.mnt / "search" / f"{q}.md")]))
-            rg.append(timed(["rg", "-i", "-w", "--no-messages", words[0], str(raw)]))
+            if i % 2 == 0:
+                ls.append(timed(["ls", str(m.mnt / "search" / q)]))
+                rg.append(timed(["rg", "-i", "-w", "--no-messages", words[0], str(raw)]))
+            else:
+                cat.append(timed(["cat", str(m.mnt / "search" / f"{q}.md")]))
         out[what] = {"ls": ls, "cat": cat, "rg": rg, "queries": [" ".join(w) for w in asked]}
     return out
 

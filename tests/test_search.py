@@ -223,6 +223,9 @@ def test_a_file_that_grew_is_indexed_from_where_it_was_and_one_rewritten_anew(
         again.write(user(8, 7, "india"))
     wait_for(lambda: len(found("echo")) == 1, 5, "the rewritten file")
     assert found("alpha") == [] and found("charlie") == [] and len(found("india")) == 1
+    page = v.content(v.lookup(folder, "alpha.md").ino).decode()
+    assert page.startswith("# alpha: 0 matches in 1 of 1 sessions")  # (its words stay: unmatched)
+    assert v.content(v.lookup(folder, "india.md").ino).decode().startswith("# india: 1 match ")
 
 
 def test_a_query_during_the_first_build_answers_from_what_is_indexed(
