@@ -9,10 +9,11 @@ carry one; ``messages`` counts assistant messages. A model row is keyed as Pi ke
 provider and ``responseModel``, else ``model``; a ``usage`` entry by its own provider and
 model; the rest under ``Tools/summaries``. An entry's day is its timestamp's UTC date.
 
-No session is parsed for it: each file is scanned line by line (only the lines that can hold
-a usage or an assistant message are decoded), from the offset reached the last time (the
-files only grow), and what each file gave is kept in the store (``usage`` and
-``usage_files``), where SQL sums it. A value of the wrong type counts as 0 (Pi would count
+No session is parsed for it. A parse the mount makes anyway counts each line it reads
+(``count_parsed``) and offers the sums (:meth:`Usage.offer`); any other file is scanned line
+by line (only the lines that can hold a usage or an assistant message are decoded), from the
+offset reached the last time (the files only grow). What each file gave is kept in the store
+(``usage`` and ``usage_files``), where SQL sums it. A value of the wrong type counts as 0 (Pi would count
 NaN).
 """
 
