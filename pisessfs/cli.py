@@ -154,6 +154,7 @@ USAGE_EXAMPLES = [
     ("pisessfs demo", "mount the example sessions on ~/pisessfs-demo"),
     ("pisessfs mount ~/pi", "mount Pi's sessions on ~/pi (in the background)"),
     ("grep -r docker ~/pi", "every message that says it, once (conversation.md)"),
+    ("ls ~/pi/search/'docker leak*'", "messages with both words, best first, as links"),
     ("echo 'and tests' > ~/pi/P/S/current/next.md", "a new message after the last one"),
     ("vim ~/pi/P/S/current/0004-user.md", "edit a message: saving it forks, as in Pi"),
     ("pisessfs status", "this user's mounts, their logs, what they refused"),
@@ -772,6 +773,7 @@ def _demo_hints(mnt: Path, said: str) -> None:
   ls -l $S/current/           # the same branch as numbered messages
   cat $S/current/0002-user.md
   grep -r "unicode fractions" .   # each message once: in conversation.md
+  ls "search/unicode fraction*"   # messages by their words, best first: links to their files
   cat usage/models.csv        # tokens and cost by model (daily.csv, usage.md, ...)
   getfattr -d $S/current/0002-user.md
 

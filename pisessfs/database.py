@@ -21,7 +21,7 @@ from typing import Any, Generic, Protocol, TypeVar
 log = logging.getLogger(__name__)
 
 DB_NAME = "pisessfs.sqlite"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5  # (4: an early search index, never released)
 #: Bytes of a database page: a text's chunk is a few pages, read with a few system calls
 #: (SQLite's default of 4 KiB read a cold walk's texts 4 KiB at a time).
 PAGE_SIZE = 1 << 16

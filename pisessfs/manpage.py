@@ -21,7 +21,9 @@ DESCRIPTION = """\
 pisessfs mounts the session files of the Pi coding agent as folders and files. Each
 session (one append-only JSONL file whose lines form a tree) is a folder; each branch end
 of its tree is a folder of numbered Markdown message files, rebuilt by walking back to the
-root; conversation.md holds every entry once, for grep. Writing a .md file under an entry's
+root; conversation.md holds every entry once, for grep. Any name looked up in search/ is a
+query: its folder lists links to the messages holding its words, best first; usage/ sums
+tokens and cost by day, month, project and model. Writing a .md file under an entry's
 folder appends one new user message to the real file, as its child; saving changed text
 into a user message appends a sibling (a fork), as editing a message in Pi does. Nothing
 else in a session file is ever changed."""

@@ -89,7 +89,7 @@ def parse_query(text: str) -> Query:
             continue
         out.append('"' + " ".join(tokens) + '"' + ("*" if prefix else ""))
         if out is wanted:
-            words += [t + ("*" if prefix and t is tokens[-1] else "") for t in tokens]
+            words += [*tokens[:-1], tokens[-1] + ("*" if prefix else "")]
     if not wanted:
         raise BadQuery("it has no word to find")
     match = " AND ".join(wanted)

@@ -13,8 +13,8 @@ No session is parsed for it. A parse the mount makes anyway counts each line it 
 (``count_parsed``) and offers the sums (:meth:`Usage.offer`); any other file is scanned line
 by line (only the lines that can hold a usage or an assistant message are decoded), from the
 offset reached the last time (the files only grow). What each file gave is kept in the store
-(``usage`` and ``usage_files``), where SQL sums it. A value of the wrong type counts as 0 (Pi would count
-NaN).
+(``usage`` and ``usage_files``), where SQL sums it. A value of the wrong type counts as 0
+(Pi would count NaN).
 """
 
 from __future__ import annotations

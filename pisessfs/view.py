@@ -118,7 +118,7 @@ class View:
         # Whether the watcher sees every folder (the mount's says so): then the index looks
         # only at the files it named, not at every file
         self.watched: Callable[[], bool] = lambda: False
-        self._usage_lock = threading.Lock()  # (and the search index's)
+        self._made_lock = threading.Lock()  # usage() and search() are made once
         store.on_evict = self.keeping.evicted
         store.on_parsed = self._parsed
 
@@ -186,7 +186,7 @@ class View:
 
     def usage(self) -> Usage:
         """The sums of ``usage/``, kept in the store (made at their first use)."""
-        with self._usage_lock:  # (a parsing thread may offer the first counts)
+        with self._made_lock:  # (a parsing thread may offer the first counts)
             if self._usage is None:
                 self._usage = self._new_usage()
             return self._usage
@@ -205,7 +205,7 @@ class View:
     def search(self) -> SearchIndex:
         """The index of ``search/``, kept in the store (made at its first use), told by the
         watcher which session files changed."""
-        with self._usage_lock:
+        with self._made_lock:
             if self._search is None:
                 store = self.store
                 docs = functools.partial(parsed_docs, self)

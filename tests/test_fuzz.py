@@ -335,6 +335,21 @@ def test_pi_sees_what_we_show(corpus: Path, tmp_path: Path) -> None:
 # View, kept apart so that it can follow the new API.
 
 
+def searched(view: Any, failures: list[str]) -> list[tuple[int, str]]:
+    """Folders of results of ``search/`` to walk (what it finds of hostile trees), their
+    pages read."""
+    from pisessfs.view import ROOT_INO
+
+    search = view.lookup(ROOT_INO, "search").ino
+    out = []
+    for q in ("the", "a*", "error -the", '"no such"'):
+        out.append((view.lookup(search, q).ino, f"/search/{q}"))
+        page = view.lookup(search, f"{q}.md")
+        if len(view.content(page.ino)) != page.size:
+            failures.append(f"/search/{q}.md: size {page.size}, another content")
+    return out
+
+
 def walk_view(root: Path) -> tuple[list[str], Counter[str]]:
     """List every folder of a View of ``root``, look up every listed name, read every file,
     resolve every link; return what failed (an exception, a name that resolves to something
@@ -352,7 +367,7 @@ def walk_view(root: Path) -> tuple[list[str], Counter[str]]:
             ino = view.lookup(ino, part).ino
         return ino
 
-    todo = [(ROOT_INO, "")]
+    todo = [(ROOT_INO, ""), *searched(view, failures)]
     followed: set[int] = set()
     while todo:
         ino, where = todo.pop()
