@@ -203,7 +203,9 @@ class SearchIndex:
         self._rescan = True  # a look at every file is due (the watcher cannot say)
         self.generation = 0  # grows with every change of the index: found results are of one
         self.progress = _Progress()
-        self._found: dict[tuple[str, str | None], tuple[int, Found]] = {}
+        # what queries found, by the index's generation, and when (a file's mode changes
+        # without a change of the index)
+        self._found: dict[tuple[str, str | None], tuple[int, float, Found]] = {}
 
     def note(self, path: str | None) -> None:
         """(The watcher's.) Session file ``path`` changed, came or went (None: any may have,
@@ -212,6 +214,7 @@ class SearchIndex:
             self._rescan = True
         else:
             self._noted.add(path)
+        self.generation += 1  # (what was found may show a mode changed since: found again)
 
     def fresh(self) -> bool:
         """Whether nothing is known to be due (a query then answers without a look)."""
@@ -359,8 +362,9 @@ class SearchIndex:
         """The hits of ``q`` (in project folder ``folder``, or everywhere), best first; a
         hit whose session is gone since is left out."""
         memo = self._found.get((q.text, folder))
-        if memo is not None and memo[0] == self.generation:
-            return memo[1]
+        now = time.monotonic()
+        if memo is not None and memo[0] == self.generation and now - memo[1] < FRESH:
+            return memo[2]
         try:
             rows = self._best(q, folder)
         except sqlite3.Error as err:  # (a query SQLite refuses: found nothing)
@@ -383,7 +387,7 @@ class SearchIndex:
             found.hits.append(Hit(p, _text(eid), _text(name), ts_ms, start, end))
         if len(self._found) > 64:
             self._found.clear()
-        self._found[(q.text, folder)] = (self.generation, found)
+        self._found[(q.text, folder)] = (self.generation, now, found)
         return found
 
     def _best(self, q: Query, folder: str | None) -> list[tuple[bytes, str, str, int, int, int]]:

@@ -47,6 +47,8 @@ TOOLS = "Tools/summaries"  # Pi's key for usage no model answered
 ROOT_PROJECT = "."  # the project of a session lying in the sessions root itself
 #: Seconds between two looks at every session file's stat (a Pi append shows within 1 s).
 FRESH = 0.5
+OFFERS = 256  # parses' counts written in one transaction
+PARSE_MAX = 64 << 20  # a file counted by its parse at most (a bigger one: its lines scanned)
 _BLOCK = 4 << 20
 TAIL = 4096  # bytes before the offset reached whose checksum says the file only grew
 _BIG = 1 << 53  # a token count past this (only a hostile file has one) counts as 0
@@ -331,6 +333,9 @@ class Seen:
 
 
 Done = Callable[[], None]
+#: What a count of a file gave: its path, the file as counted, the sums, and the offset the
+#: count began at (None: its start).
+Counting = tuple[str, "Seen", Sums, int | None]
 
 
 class Counted(Protocol):
@@ -340,6 +345,7 @@ class Counted(Protocol):
     def put(
         self, path: str, seen: Seen, sums: Sums, start: int | None, then: Done | None = None
     ) -> None: ...
+    def put_all(self, counted: list[Counting], then: Done | None = None) -> None: ...
     def forget(self, paths: list[str]) -> None: ...
     def table(self, name: str) -> Table: ...
 
@@ -363,11 +369,15 @@ class Usage:
         lstat: Callable[[str], os.stat_result],
         opened: Callable[[str], int],
         table: Counted,
+        *,
         project_of: Callable[[str], str] = lambda path: ROOT_PROJECT,
+        parse: Callable[[str], tuple[Seen, Sums] | None] | None = None,
     ) -> None:
         self.sessions, self.lstat, self.opened, self.table = sessions, lstat, opened, table
-        self.project_of = project_of
+        self.project_of, self.parse = project_of, parse
         self._offered = False  # a parse's count was written since the files were made
+        self._offers: list[Counting] = []  # parses' counts not written yet
+        self._offers_lock = threading.Lock()
         self._checked = -math.inf  # (time.monotonic) of the last look at every file
         self._lock = threading.Lock()  # one update at a time
         self._made: dict[str, bytes] = {}  # the files as the sums are now
@@ -385,6 +395,7 @@ class Usage:
         with self._lock:
             if self.fresh():
                 return
+            self._write_offers()
             seen = self.table.seen()
             now: dict[str, tuple[os.stat_result, str]] = {}
             unread, mode, newest = [], 0o444, 0
@@ -416,8 +427,9 @@ class Usage:
         seen: dict[str, Seen],
         unread: list[str],
     ) -> bool:
-        """Count each file whose stat moved on since; whether any did."""
-        changed = False
+        """Count each file whose stat moved on since, and write what they gave in one
+        transaction; whether any did."""
+        done: list[Counting] = []
         for path, (st, project) in now.items():
             was = seen.get(path)
             if was is not None and (was.size, was.mtime_ns) == (st.st_size, st.st_mtime_ns):
@@ -427,25 +439,51 @@ class Usage:
                 and (was.dev, was.ino) == (st.st_dev, st.st_ino)
                 and st.st_size >= was.offset
             )
-            try:
-                fd = self.opened(path)
-            except (OSError, Unreadable):
+            got = self._parsed(path, project) if not grown and st.st_size <= PARSE_MAX else None
+            got = got or self._scanned(path, st, project, was if grown else None)
+            if got is None:
                 unread.append(path)
-                continue
-            try:
-                grown = grown and was is not None and _tail(fd, was.offset) == was.tail
-                start = was.offset if grown and was is not None else None
-                got = scan(functools.partial(os.pread, fd), start or 0, st.st_size)
-                tail = _tail(fd, got.offset)
-            except OSError:
-                unread.append(path)
-                continue
-            finally:
-                os.close(fd)
-            at = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, got.offset)
-            self.table.put(path, Seen(*at, project, tail), got.sums, start)
-            changed = True
-        return changed
+            else:
+                done.append(got)
+        if done:
+            self.table.put_all(done)
+        return bool(done)
+
+    def _parsed(self, path: str, project: str) -> Counting | None:
+        """A whole count of ``path`` by its parse: a walk parses it next (a walk that meets
+        ``usage/`` first, as rg's threads do, read every file twice when it was scanned),
+        and a parse is no slower than the scan."""
+        if self.parse is None:
+            return None
+        try:
+            got = self.parse(path)
+        except Exception:  # (unreadable: the scan says so)
+            return None
+        if got is None:
+            return None
+        seen, sums = got
+        seen.project = project
+        return path, seen, {k: list(v) for k, v in sums.items()}, None
+
+    def _scanned(
+        self, path: str, st: os.stat_result, project: str, was: Seen | None
+    ) -> Counting | None:
+        """A count of ``path`` by its lines from where ``was`` stopped (None: its start)."""
+        try:
+            fd = self.opened(path)
+        except (OSError, Unreadable):
+            return None
+        try:
+            grown = was is not None and _tail(fd, was.offset) == was.tail
+            start = was.offset if grown and was is not None else None
+            got = scan(functools.partial(os.pread, fd), start or 0, st.st_size)
+            tail = _tail(fd, got.offset)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        at = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, got.offset)
+        return path, Seen(*at, project, tail), got.sums, start
 
     def offer(self, path: str, seen: Seen, sums: Sums) -> None:
         """What a parse of ``path`` counted as it read every line (``seen``: the file as it
@@ -453,7 +491,21 @@ class Usage:
         session the mount parsed reads nothing again (the first walk of a year of sessions
         meets ``usage/`` after them). ``seen.project`` is filled here."""
         seen.project = self.project_of(path)
-        self.table.put(path, seen, sums, None, then=self._was_offered)
+        copy = {k: list(v) for k, v in sums.items()}  # (the parse goes on counting appends)
+        with self._offers_lock:
+            self._offers.append((path, seen, copy, None))
+            full = len(self._offers) >= OFFERS
+            batch, self._offers = (self._offers, []) if full else ([], self._offers)
+        if batch:
+            self.table.put_all(batch, then=self._was_offered)
+
+    def _write_offers(self) -> None:
+        """(Blocking.) The counts offered and not written yet, written now."""
+        with self._offers_lock:
+            batch, self._offers = self._offers, []
+        if batch:
+            self.table.put_all(batch)
+            self._offered = True
 
     def _was_offered(self) -> None:
         self._offered = True

@@ -64,7 +64,7 @@ from .sessions import (
 from .store import DiskStore
 from .sums import UsageTable
 from .texts import Texts
-from .usage import Usage
+from .usage import Seen, Sums, Usage
 from .wholes import Wholes
 
 __all__ = [
@@ -194,7 +194,14 @@ class View:
     def _new_usage(self) -> Usage:
         files, store = self.store.files, self.store
         table = UsageTable(self._a_store())
-        return Usage(store.sessions_by_project, files.lstat, files.open, table, store.project_of)
+        return Usage(
+            store.sessions_by_project, files.lstat, files.open, table,
+            project_of=store.project_of, parse=self._counted_by_parse,
+        )  # fmt: skip
+
+    def _counted_by_parse(self, path: str) -> tuple[Seen, Sums] | None:
+        """(Blocking.) The usage of session ``path`` as its parse counts it."""
+        return self.store.session(path).load().counted()
 
     def _a_store(self) -> DiskStore:
         if self.disk is None:  # (the mount always has a store; a test of the core may not)

@@ -159,6 +159,12 @@ def test_a_session_pi_writes_shows_live_and_each_message_once(
         )
         assert len(model.requests) == 2
         assert len([h for h in grep(m, "And of Chile") if "/tree.txt:" not in h]) == 2
+        # search/ finds the turn Pi wrote: the question and the reply, each a message file
+        found = m.path / "search" / "chile"
+        wait_for(lambda: len(os.listdir(found)) == 2, 5, "Pi's turn in search/")
+        kinds = sorted(n.rsplit("-", 1)[1] for n in os.listdir(found))
+        assert kinds == ["assistant.md", "user.md"]
+        assert all((found / n).read_text().count("Chile") == 1 for n in os.listdir(found))
 
 
 def test_pi_continues_the_branch_an_edit_through_the_mount_made(

@@ -245,3 +245,37 @@ def test_a_query_during_the_first_build_answers_from_what_is_indexed(
     assert v.search().said() == f"{n} of {n} sessions indexed"
     page = v.content(v.lookup(folder, "fraction parser.md").ino).decode()
     assert page.startswith("# fraction parser: ") and f"in {n} of {n} sessions" in page
+
+
+@pytest.mark.warns  # (the damaged line is logged)
+def test_what_a_damaged_session_shows_is_found_and_its_problems_are_not(tmp_path: Path) -> None:
+    """An entry of a damaged session that the mount shows is searchable; the words of a
+    line Pi skips (not JSON) are not, nor what the mount says of its problems."""
+    (tmp_path / "--p--").mkdir()
+    good = damaged.line(damaged.user("aaaaaaaa", None, "the kept wordofgood", 1))
+    bad = b'{"type":"message","id":"bbbbbbbb","message": wordofbad\n'
+    (tmp_path / "--p--" / "s.jsonl").write_bytes(damaged.line(damaged.HEADER) + good + bad)
+    v = Driven(Store(str(tmp_path)))
+    folder = v.lookup(1, "search").ino
+    assert len(v.children(v.lookup(folder, "wordofgood").ino)) == 1
+    assert v.children(v.lookup(folder, "wordofbad").ino) == []
+    assert v.children(v.lookup(folder, "malformed").ino) == []  # (tree.txt's word for it)
+
+
+@pytest.mark.fuse
+def test_results_let_read_only_whom_every_session_among_them_lets(tmp_path: Path) -> None:
+    """A session others may not read (``0600``) makes the results it is among ``0500`` and
+    their page ``0400``: its words are never shown to another user (``--allow-other``)."""
+    root = copies(tmp_path)
+    with mounted(root) as m:
+        q = m.path / "search" / "fraction"
+        assert os.stat(q).st_mode & 0o777 == 0o555
+        assert os.stat(m.path / "search" / "fraction.md").st_mode & 0o777 == 0o444
+        _, _, target = results(q)[0]
+        session = target.parent.parent.parent  # (its file: nodes/<id>/<file>)
+        real = Path(os.getxattr(session, "user.pi.file").decode())
+        assert real.is_relative_to(root)
+        os.chmod(real, 0o600)
+        wait_for(lambda: os.stat(q).st_mode & 0o777 == 0o500, 5, "the results' mode")
+        assert os.stat(m.path / "search" / "fraction.md").st_mode & 0o777 == 0o400
+    assert m.proc.returncode == 0

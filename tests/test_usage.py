@@ -153,10 +153,16 @@ def test_a_scan_from_where_the_last_ended_adds_up_to_a_whole_scan(tmp_path: Path
 
 
 @pytest.mark.pi
-def test_usage_equals_the_raw_files_and_what_the_real_pi_counts(tmp_path: Path) -> None:
+@pytest.mark.parametrize("by", ["parse", "scan"])
+def test_usage_equals_the_raw_files_and_what_the_real_pi_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, by: str
+) -> None:
     """Each file of ``usage/`` on the fixtures and examples: its totals are a sum over the
     raw files, and per model what Pi's own ``getUsageCostBreakdown`` gives, summed over the
-    sessions; the sessions' totals are what Pi's footer shows (``getSessionStats``)."""
+    sessions; the sessions' totals are what Pi's footer shows (``getSessionStats``). Counted
+    by each file's parse, and by its lines scanned (a file too big to parse for it)."""
+    if by == "scan":
+        monkeypatch.setattr(usage, "PARSE_MAX", -1)
     root = copies(tmp_path)
     files = sorted(root.rglob("*.jsonl"))
     raw = raw_sums(files)
@@ -286,8 +292,10 @@ def test_a_parsed_session_gives_its_usage_and_usage_reads_it_no_more(tmp_path: P
     v = Driven(Store(str(root)))
     counter = v.usage()
     opened: list[str] = []
-    read_again = counter.opened
+    read_again, parse_again = counter.opened, counter.parse
+    assert parse_again is not None
     counter.opened = lambda path: opened.append(path) or read_again(path)
+    counter.parse = lambda path: opened.append(path) or parse_again(path)
     for project, _ in v.children(1):
         if project in ("latest", "usage", "search"):
             continue
