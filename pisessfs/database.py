@@ -84,8 +84,8 @@ CREATE TABLE IF NOT EXISTS search_files (  -- what each session file's index was
 CREATE TABLE IF NOT EXISTS search_docs (  -- one conversation entry each (search.py)
     doc INTEGER PRIMARY KEY AUTOINCREMENT,  -- (never reused: the index keeps a removed one's words)
     file INTEGER NOT NULL,   -- search_files.id
-    eid TEXT NOT NULL,
-    name TEXT NOT NULL,      -- its message file's name, MMMM-kind.md
+    eid BLOB NOT NULL,       -- its entry's id (UTF-8, surrogates passed: any JSON string)
+    name BLOB NOT NULL,      -- its message file's name, MMMM-kind.md
     ts_ms INTEGER,
     start INTEGER NOT NULL,  -- its line in the file
     end INTEGER NOT NULL

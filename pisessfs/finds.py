@@ -145,20 +145,30 @@ def _found(v: View, key: Key) -> Found:
 
 
 def _refresh(v: View, key: Key) -> Work | None:
-    """The index brought up to date, then the names of the sessions of the results read
-    (a project no one listed yet: reading each head is no work for the loop)."""
+    """The index brought up to date, then the folders of the results' sessions listed (a
+    project no one listed yet: reading each session's head for its name is no work for the
+    loop)."""
     index = v.search()
     if not index.due():
-        folders = {posixpath.dirname(h.path) for h in _found(v, key).hits}
-        missing = [p for f in sorted(folders) for p in v.store.heads_missing(f)]
-        return (lambda: v.store.read_heads(missing)) if missing else None
+        folders = _unlisted(v, key)
+        return (lambda: _list(v, folders)) if folders else None
 
     def work() -> None:
         index.refresh()
-        folders = {posixpath.dirname(h.path) for h in _found(v, key).hits}
-        v.store.read_heads([p for f in sorted(folders) for p in v.store.heads_missing(f)])
+        _list(v, _unlisted(v, key))
 
     return work
+
+
+def _unlisted(v: View, key: Key) -> list[str]:
+    """The folders of the results' sessions whose listing is not made (or is stale)."""
+    folders = {posixpath.dirname(h.path) for h in _found(v, key).hits}
+    return [f for f in sorted(folders) if v.store.heads_missing(f)]
+
+
+def _list(v: View, folders: list[str]) -> None:
+    for folder in folders:  # (made, the listing answers heads_missing: no head twice)
+        v.store.top() if folder == v.store.root else v.store.sessions_in(folder)
 
 
 class SearchResults(NodeKind):
@@ -172,11 +182,15 @@ class SearchResults(NodeKind):
         return _refresh(v, key)
 
     def child(self, v: View, key: Key, name: str) -> Key:
-        rank, _, _ = name.partition("-")
+        rank, _, rest = name.partition("-")
         links = dict(self.listing(v, key)) if rank.isdigit() else {}
-        if name not in links:
+        if name in links:
+            return links[name]
+        # (listed under another rank before the index changed: the same message, if found)
+        moved = [k for n, k in links.items() if n.partition("-")[2] == rest]
+        if len(moved) != 1:
             raise NotFound(name)
-        return links[name]
+        return moved[0]
 
     def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
         found = _found(v, key)
@@ -185,7 +199,8 @@ class SearchResults(NodeKind):
         for rank, hit in enumerate(found.hits, 1):
             name = _hit_name(v, rank, width, hit)
             if name is not None:
-                out.append((name, key._replace(kind=Kind.SEARCH_LINK, k=rank)))
+                scope = 0 if key.path == v.store.root else 1
+                out.append((name, Key(Kind.SEARCH_LINK, hit.path, 0, hit.eid, scope)))
         return out
 
     def attr(self, v: View, ino: int, key: Key) -> Attr:
@@ -219,19 +234,20 @@ def _session_name(v: View, path: str) -> str | None:
 
 
 class SearchLink(NodeKind):
-    """``search/<Q>/NNN-…``: a relative link to the message file of hit ``k``."""
+    """``search/<Q>/NNN-…``: a relative link to the message file of entry ``eid`` of
+    session file ``path`` (``k``: 1 from a project's ``search/``). A link names its message,
+    not its rank: its target never changes, and the kernel may keep it."""
 
     name = Kind.SEARCH_LINK
     fmt = stat.S_IFLNK
     sessionless = True
 
     def target(self, v: View, key: Key) -> bytes:
-        found = _found(v, key)
-        if not 0 < key.k <= len(found.hits):
+        name = v.search().name_of(key.path, key.eid)
+        if name is None:
             raise NotFound(key)
-        hit = found.hits[key.k - 1]
-        where = _hit_path(v, hit)
-        if key.path != v.store.root:  # (a project's search/: its sessions are one up)
+        where = _hit_path(v, key.path, key.eid, name)
+        if key.k:  # (a project's search/: its sessions are one up)
             where = where.split("/", 1)[1]
         return f"../../{where}".encode("utf-8", "surrogateescape")
 
@@ -251,7 +267,7 @@ def _page(v: View, key: Key, found: Found) -> bytes:
     if n > len(found.hits) and len(found.hits) == LIMIT:
         out += [f"The best {LIMIT} are below.", ""]
     for rank, hit in enumerate(found.hits, 1):
-        where = _hit_path(v, hit)
+        where = _hit_path(v, hit.path, hit.eid, hit.name)
         out += [f"## {rank} · {_when(hit.ts_ms)} · {where}", ""]
         lines = marked_lines(_hit_text(v, hit), q.words)
         out += [f"> {line}" for line in lines] + ([""] if lines else [])
@@ -283,12 +299,11 @@ class SearchPage(NodeKind):
 def hit_message(v: View, link: Key) -> tuple[Key, str]:
     """The folder of the entry a result of ``search/`` leads to, and its message file's name
     there (a save over the result saves that message)."""
-    found = _found(v, link)
-    if link.kind != Kind.SEARCH_LINK or not 0 < link.k <= len(found.hits):
+    name = v.search().name_of(link.path, link.eid) if link.kind == Kind.SEARCH_LINK else None
+    if name is None:
         raise NotFound(link)
-    hit = found.hits[link.k - 1]
-    s = v.session(Key(Kind.SESSION, hit.path))
-    return Key(Kind.ENTRY, hit.path, s.epoch, hit.eid), hit.name
+    s = v.session(Key(Kind.SESSION, link.path))
+    return Key(Kind.ENTRY, link.path, s.epoch, link.eid), name
 
 
 def _when(ms: int | None) -> str:
@@ -298,13 +313,14 @@ def _when(ms: int | None) -> str:
         return "no time"
 
 
-def _hit_path(v: View, hit: Hit) -> str:
-    """Where a hit's message file is, from the mount's root."""
-    session = _session_name(v, hit.path) or posixpath.basename(hit.path)
-    at = f"{session}/nodes/{id_name(hit.eid)}/{hit.name}"
-    if posixpath.dirname(hit.path) == v.store.root:
+def _hit_path(v: View, path: str, eid: str, name: str) -> str:
+    """Where message file ``name`` of entry ``eid`` of session ``path`` is, from the mount's
+    root."""
+    session = _session_name(v, path) or posixpath.basename(path)
+    at = f"{session}/nodes/{id_name(eid)}/{name}"
+    if posixpath.dirname(path) == v.store.root:
         return at
-    return f"{v.store.project_of(hit.path)}/{at}"
+    return f"{v.store.project_of(path)}/{at}"
 
 
 def _hit_text(v: View, hit: Hit) -> str:

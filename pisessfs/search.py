@@ -347,7 +347,7 @@ class SearchIndex:
                 cur = db.execute(
                     "INSERT INTO search_docs (file, eid, name, ts_ms, start, end)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
-                    (file, _utf8(d.eid), _utf8(d.name), d.ts_ms, d.start, d.end),
+                    (file, key(d.eid), key(d.name), d.ts_ms, d.start, d.end),
                 )
                 text = d.text.decode("utf-8", "replace")
                 db.execute(
@@ -384,13 +384,15 @@ class SearchIndex:
                 continue
             found.mode &= stat.S_IMODE(st.st_mode)
             found.mtime_ns = max(found.mtime_ns, st.st_mtime_ns)
-            found.hits.append(Hit(p, _text(eid), _text(name), ts_ms, start, end))
+            found.hits.append(Hit(p, path_of(eid), path_of(name), ts_ms, start, end))
         if len(self._found) > 64:
             self._found.clear()
         self._found[(q.text, folder)] = (self.generation, now, found)
         return found
 
-    def _best(self, q: Query, folder: str | None) -> list[tuple[bytes, str, str, int, int, int]]:
+    def _best(
+        self, q: Query, folder: str | None
+    ) -> list[tuple[bytes, bytes, bytes, int, int, int]]:
         """The rows of the best :data:`LIMIT` matches: BM25 over the :data:`WINDOW` matches
         indexed last (every match, when fewer: ranking a word in most messages of a year of
         sessions took 400 ms), the newest files being indexed last."""
@@ -423,6 +425,15 @@ class SearchIndex:
         )
         by_doc = {r[0]: r[1:] for r in rows}  # (a removed doc has none: its words stay)
         return [by_doc[d] for d in ids if d in by_doc][:LIMIT]
+
+    def name_of(self, path: str, eid: str) -> str | None:
+        """The message file's name of entry ``eid`` of session ``path``, as indexed."""
+        rows = self.store.query(
+            "SELECT d.name FROM search_docs d JOIN search_files f ON f.id = d.file"
+            " WHERE f.path = ? AND d.eid = ? LIMIT 1",
+            (key(path), key(eid)),
+        )
+        return path_of(rows[0][0]) if rows else None
 
     def count(self, q: Query, folder: str | None) -> int:
         """How many messages match ``q`` (in ``folder``): the page's first line."""
@@ -462,15 +473,6 @@ def _remove(db: sqlite3.Connection, paths: list[str], files: bool) -> None:
     db.executemany(f"DELETE FROM search_docs WHERE file = {of}", keys)
     if files:
         db.executemany("DELETE FROM search_files WHERE path = ?", keys)
-
-
-def _utf8(text: str) -> str:
-    """(An id may hold a lone surrogate: kept as SQLite can, read back by :func:`_text`.)"""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "surrogatepass")
-
-
-def _text(text: str) -> str:
-    return text.encode("utf-8", "surrogatepass").decode("utf-8", "surrogateescape")
 
 
 # -- the page <Q>.md ---------------------------------------------------------------------------

@@ -200,7 +200,11 @@ class View:
         )  # fmt: skip
 
     def _counted_by_parse(self, path: str) -> tuple[Seen, Sums] | None:
-        """(Blocking.) The usage of session ``path`` as its parse counts it."""
+        """(Blocking.) The usage of session ``path`` as its parse counts it; None when the
+        store holds it (a walk reads it from there without a parse: its lines are scanned)."""
+        sf = self.store.known(path)
+        if (sf is None or sf.loaded is None) and self.disk is not None and self.disk.has(path):
+            return None
         return self.store.session(path).load().counted()
 
     def _a_store(self) -> DiskStore:

@@ -31,7 +31,7 @@ from pisessfs.jsonl import Parser, loads_js
 from pisessfs.model import Entry
 from pisessfs.sessions import Loaded, Store
 from tests import damaged, fuzzgen
-from tests.conftest import need, pi, pi_missing
+from tests.conftest import need, pi, pi_missing, wait_for
 
 FILES = 700  # the Pi batch reads them in a few seconds; the whole module takes about a minute
 
@@ -341,6 +341,8 @@ def searched(view: Any, failures: list[str]) -> list[tuple[int, str]]:
     from pisessfs.view import ROOT_INO
 
     search = view.lookup(ROOT_INO, "search").ino
+    view.children(view.lookup(search, "the").ino)  # (the index's first build begins)
+    wait_for(lambda: not view.search().progress.building, 60, "the index's first build")
     out = []
     for q in ("the", "a*", "error -the", '"no such"'):
         out.append((view.lookup(search, q).ino, f"/search/{q}"))
