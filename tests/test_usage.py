@@ -290,12 +290,20 @@ def test_a_parsed_session_gives_its_usage_and_usage_reads_it_no_more(tmp_path: P
     those files again, and shows what a count of the raw files shows."""
     root = copies(tmp_path)
     v = Driven(Store(str(root)))
-    counter = v.usage()
+    counter: usage.Usage = v.usage()
     opened: list[str] = []
     read_again, parse_again = counter.opened, counter.parse
     assert parse_again is not None
-    counter.opened = lambda path: opened.append(path) or read_again(path)
-    counter.parse = lambda path: opened.append(path) or parse_again(path)
+
+    def opening(path: str) -> int:
+        opened.append(path)
+        return read_again(path)
+
+    def parsing(path: str) -> tuple[usage.Seen, usage.Sums] | None:
+        opened.append(path)
+        return parse_again(path)
+
+    counter.opened, counter.parse = opening, parsing
     for project, _ in v.children(1):
         if project in ("latest", "usage", "search"):
             continue
