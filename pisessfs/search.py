@@ -43,6 +43,7 @@ MAX_TERMS = 64  # words of a query at most
 FRESH = 0.5  # seconds between two looks at every session file
 BUDGET = 0.5  # seconds a query's own update may index before it answers from what is done
 PAGE_LINES, LINE_BYTES = 5, 300  # of each result in <Q>.md
+BATCH = 4 << 20  # bytes of text of the sessions indexed in one transaction
 _TOKEN = re.compile(r"\w+")  # (what unicode61 keeps of a word: letters and digits)
 
 
@@ -203,6 +204,10 @@ class SearchIndex:
         self._rescan = True  # a look at every file is due (the watcher cannot say)
         self.generation = 0  # grows with every change of the index: found results are of one
         self.progress = _Progress()
+        self._batch: list[Callable[[sqlite3.Connection], None]] = []  # writes queued
+        self._batch_bytes = 0
+        self._written = threading.Event()  # the last batch handed to the writer is written
+        self._written.set()
         # what queries found, by the index's generation, and when (a file's mode changes
         # without a change of the index)
         self._found: dict[tuple[str, str | None], tuple[int, float, Found]] = {}
@@ -303,6 +308,7 @@ class SearchIndex:
                 if known.pop(path, None) is not None:
                     gone.append(path)
             self.progress.indexed = len(known)
+        self._flush(wait=True)
         if gone:
             for path in gone:
                 known.pop(path, None)
@@ -354,9 +360,33 @@ class SearchIndex:
                     "INSERT INTO search_text (rowid, text) VALUES (?, ?)", (cur.lastrowid, text)
                 )
 
-        self.store.run(write, f"search: {path}")
-        self.generation += 1
+        self._write(write, sum(len(d.text) for d in parsed.docs))
         return now
+
+    def _write(self, write: Callable[[sqlite3.Connection], None], size: int) -> None:
+        """(Under the lock.) Queue ``write``: sessions are written :data:`BATCH` bytes of
+        text to a transaction (FTS5 makes a segment of each, and merges them: one a session
+        made the writer the build's bottleneck), each batch while the next is parsed."""
+        self._batch.append(write)
+        self._batch_bytes += size
+        if self._batch_bytes >= BATCH:
+            self._flush(wait=False)
+
+    def _flush(self, wait: bool) -> None:
+        """(Under the lock.) Write what is queued; with ``wait``, until it is written."""
+        batch, self._batch, self._batch_bytes = self._batch, [], 0
+        self._written.wait()  # (the batch before: one in the writer's queue at a time)
+        if batch:
+
+            def write_all(db: sqlite3.Connection) -> None:
+                for write in batch:
+                    write(db)
+                self.generation += 1
+
+            self._written = threading.Event()
+            self.store.later(write_all, f"search: {len(batch)} sessions", self._written)
+        if wait:
+            self._written.wait()
 
     def find(self, q: Query, folder: str | None) -> Found:
         """The hits of ``q`` (in project folder ``folder``, or everywhere), best first; a

@@ -559,11 +559,18 @@ class DiskStore:
         self._queue(_Do(work, what, done))
         done.wait()
 
-    def later(self, work: Callable[[sqlite3.Connection], object], what: str) -> None:
+    def later(
+        self,
+        work: Callable[[sqlite3.Connection], object],
+        what: str,
+        done: threading.Event | None = None,
+    ) -> None:
         """``work(db)`` in a transaction of the writer's thread, in its turn (not waited for:
-        a parse offering what it counted)."""
+        a parse offering what it counted); ``done`` is set after it."""
         if self.on:
-            self._queue(_Do(work, what))
+            self._queue(_Do(work, what, done))
+        elif done is not None:
+            done.set()
 
     def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         """The rows of a read (OSError or sqlite3.Error when it cannot be read)."""
