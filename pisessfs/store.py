@@ -46,6 +46,7 @@ import unicodedata
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from threading import Event
 from typing import Any
 
 import msgspec
@@ -556,21 +557,15 @@ class DiskStore:
         """(Blocking: a worker thread's.) ``work(db)`` in a transaction of the writer's
         thread, once it is done (or given up: a full disk, logged)."""
         done = threading.Event()
-        self._queue(_Do(work, what, done))
+        self.later(work, what, done)
         done.wait()
 
     def later(
-        self,
-        work: Callable[[sqlite3.Connection], object],
-        what: str,
-        done: threading.Event | None = None,
+        self, work: Callable[[sqlite3.Connection], object], what: str, done: Event | None = None
     ) -> None:
         """``work(db)`` in a transaction of the writer's thread, in its turn (not waited for:
         a parse offering what it counted); ``done`` is set after it."""
-        if self.on:
-            self._queue(_Do(work, what, done))
-        elif done is not None:
-            done.set()
+        self._queue(_Do(work, what, done))
 
     def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         """The rows of a read (OSError or sqlite3.Error when it cannot be read)."""
