@@ -494,10 +494,13 @@ class Parser:
             pending = b""
             line += 1
             self.lines = line  # (the slow path reads it)
-            made = len(entries)
-            if not fast(raw, line, start, pos - 1):
-                self._line(raw, line, start, pos - 1)
-            if each is not None:
+            if each is None:
+                if not fast(raw, line, start, pos - 1):
+                    self._line(raw, line, start, pos - 1)
+            else:
+                made = len(entries)
+                if not fast(raw, line, start, pos - 1):
+                    self._line(raw, line, start, pos - 1)
                 each(raw, entries[-1] if len(entries) > made else None)
             at = nl + 1
         tail = pending + data[at:] if pending else data[at:]

@@ -407,10 +407,8 @@ class Loaded:
         return done
 
     def _count(self, line: bytes, e: Entry | None) -> None:
-        if e is None:
-            count_parsed(self.usage, line, None, None)
-        else:
-            count_parsed(self.usage, line, e.type, e.kind)
+        """(The parser's ``each``.) Count the usage of a line read (``e``: its entry)."""
+        count_parsed(self.usage, line, *((e.type, e.kind) if e is not None else (None, None)))
 
     def counted(self) -> tuple[Seen, Sums] | None:
         """The usage of the file as parsed, when it was parsed whole to a line's end: the

@@ -619,9 +619,7 @@ class Store:
     def changed(self, path: str) -> None:
         """Session file ``path`` changed (the watcher says so): its entry in the store and
         its last ``stat`` no longer vouch for it."""
-        self._latest = None
-        for told in self.watchers:
-            told(path)
+        self._tell(path)
         if self.disk is not None:
             self.disk.drop(path)
         sf = self._files.get(path)
@@ -671,14 +669,16 @@ class Store:
     def changed_all(self) -> None:
         """Any session file may have changed, come or gone (a folder came or went, events
         were lost)."""
-        self._latest = None
-        for told in self.watchers:
-            told(None)
+        self._tell(None)
 
-    def forget(self, path: str) -> None:
+    def _tell(self, path: str | None) -> None:
+        """Session file ``path`` (None: any) changed, came or went: the watchers are told."""
         self._latest = None
         for told in self.watchers:
             told(path)
+
+    def forget(self, path: str) -> None:
+        self._tell(path)
         sf = self._files.get(path)
         if self.disk is not None:
             self.disk.drop(path)  # (a session gone leaves none of its text behind)

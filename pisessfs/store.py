@@ -46,7 +46,6 @@ import unicodedata
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from threading import Event
 from typing import Any
 
 import msgspec
@@ -159,11 +158,14 @@ class _Save:
         return self.path
 
 
+Work = Callable[[sqlite3.Connection], object]  # what the writer's thread is given to run
+
+
 @dataclass(frozen=True, slots=True)
 class _Do:
     """Other work of the writer: ``run(db)`` in a transaction (``done``: set after it)."""
 
-    run: Callable[[sqlite3.Connection], object]
+    run: Work
     what: str
     done: threading.Event | None = None
 
@@ -553,16 +555,14 @@ class DiskStore:
     def _queue(self, item: _Save | _Do) -> None:
         self._writer.put(item)
 
-    def run(self, work: Callable[[sqlite3.Connection], object], what: str) -> None:
+    def run(self, work: Work, what: str) -> None:
         """(Blocking: a worker thread's.) ``work(db)`` in a transaction of the writer's
         thread, once it is done (or given up: a full disk, logged)."""
         done = threading.Event()
         self.later(work, what, done)
         done.wait()
 
-    def later(
-        self, work: Callable[[sqlite3.Connection], object], what: str, done: Event | None = None
-    ) -> None:
+    def later(self, work: Work, what: str, done: threading.Event | None = None) -> None:
         """``work(db)`` in a transaction of the writer's thread, in its turn (not waited for:
         a parse offering what it counted); ``done`` is set after it."""
         self._queue(_Do(work, what, done))

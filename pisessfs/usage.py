@@ -52,7 +52,6 @@ PARSE_MAX = 64 << 20  # a file counted by its parse at most (a bigger one: its l
 _BLOCK = 4 << 20
 TAIL = 4096  # bytes before the offset reached whose checksum says the file only grew
 _BIG = 1 << 53  # a token count past this (only a hostile file has one) counts as 0
-_MARKS = (b"usage", b"assistant")  # a line with neither counts for nothing
 
 #: (day, model key) -> [messages, input, output, cache_read, cache_write, cost]
 Sums = dict[tuple[str, str], list[float]]
@@ -72,8 +71,7 @@ def scan(read: Callable[[int, int], bytes], start: int, end: int) -> Scanned:
     ``os.pread`` of the file). A line cut short at the end is left for the next scan."""
     out = Scanned(offset=start)
     for line, out.offset in whole_lines(read, start, end, _BLOCK):
-        if any(mark in line for mark in _MARKS):
-            count_line(out.sums, line)
+        count_marked(out.sums, line)
     return out
 
 
@@ -350,6 +348,11 @@ class Counted(Protocol):
     def table(self, name: str) -> Table: ...
 
 
+def _copy(sums: Sums) -> Sums:
+    """Sums as they are now (a parse's go on counting the lines appended)."""
+    return {k: list(v) for k, v in sums.items()}
+
+
 def _tail(fd: int, offset: int) -> int:
     """The checksum of the :data:`TAIL` bytes before ``offset``."""
     start = max(0, offset - TAIL)
@@ -463,7 +466,7 @@ class Usage:
             return None
         seen, sums = got
         seen.project = project
-        return path, seen, {k: list(v) for k, v in sums.items()}, None
+        return path, seen, _copy(sums), None
 
     def _scanned(
         self, path: str, st: os.stat_result, project: str, was: Seen | None
@@ -491,9 +494,8 @@ class Usage:
         session the mount parsed reads nothing again (the first walk of a year of sessions
         meets ``usage/`` after them). ``seen.project`` is filled here."""
         seen.project = self.project_of(path)
-        copy = {k: list(v) for k, v in sums.items()}  # (the parse goes on counting appends)
         with self._offers_lock:
-            self._offers.append((path, seen, copy, None))
+            self._offers.append((path, seen, _copy(sums), None))
             full = len(self._offers) >= OFFERS
             batch, self._offers = (self._offers, []) if full else ([], self._offers)
         if batch:

@@ -174,6 +174,12 @@ def fixture_files() -> list[Path]:
 @pytest.fixture
 def sessions(tmp_path: Path) -> Path:
     """A copy of all fixture sessions, nested like Pi's folder, safe to modify."""
+    return copies(tmp_path)
+
+
+def copies(tmp_path: Path) -> Path:
+    """Every Pi-written session copied into ``tmp_path/sessions``, in project folders (Pi
+    may rewrite a v1 file it opens)."""
     root = tmp_path / "sessions"
     root.mkdir()
     for f in fixture_files():

@@ -18,20 +18,10 @@ from pisessfs import search
 from pisessfs.search import BadQuery, parse_query
 from pisessfs.sessions import Store
 from tests import damaged
-from tests.conftest import Mount, fixture_files, mounted, pi, wait_for
+from tests.conftest import Mount, copies, mounted, pi, wait_for
 from tests.driven import Driven
 
 HEADING = re.compile(r"^## (\d{4,}) (\S+) · (\S+) · ", re.M)
-
-
-def copies(tmp_path: Path) -> Path:
-    """Every Pi-written session, in project folders."""
-    root = tmp_path / "sessions"
-    for f in fixture_files():
-        project = f.parent.name if f.parent.name.startswith("--") else "--fixtures--"
-        (root / project).mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(f, root / project / f.name)
-    return root
 
 
 def plain(text: str) -> str:

@@ -18,7 +18,7 @@ import pytest
 from pisessfs import usage
 from pisessfs.sessions import Store
 from tests import damaged
-from tests.conftest import fixture_files, mounted, pi, wait_for
+from tests.conftest import copies, fixture_files, mounted, pi, wait_for
 from tests.driven import Driven
 
 FILES = ["daily.csv", "monthly.csv", "projects.csv", "models.csv", "usage.md"]
@@ -65,16 +65,6 @@ def raw_sums(files: list[Path]) -> dict[str, dict[str, float]]:
     for k, v in by.items():
         out[k] = dict(v)
     return out
-
-
-def copies(tmp_path: Path) -> Path:
-    """Every Pi-written session, in project folders (Pi may rewrite a v1 file it opens)."""
-    root = tmp_path / "sessions"
-    for f in fixture_files():
-        project = f.parent.name if f.parent.name.startswith("--") else "--fixtures--"
-        (root / project).mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(f, root / project / f.name)
-    return root
 
 
 def read(v: Driven, name: str) -> bytes:
