@@ -330,7 +330,7 @@ class DiskStore:
             log.warning("no disk cache: %s", why)
             return False
         self._load()
-        self._trim_now()
+        self._queue(_Do(self._trim, "trim"))  # (the cap may be lower than the last mount's)
         return True
 
     def _shared(self) -> sqlite3.Connection:
@@ -593,7 +593,7 @@ class DiskStore:
                 self._waiting -= item.raw
         if stored is not None:
             self.saved += 1
-            self._trim(db)
+            self._do(db, _Do(self._trim, "trim"))
             if item.saved is not None:
                 item.saved(stored)
 
@@ -637,7 +637,7 @@ class DiskStore:
         return where, total
 
     def _trim(self, db: sqlite3.Connection) -> None:
-        """Remove the oldest entries until all fit under the cap."""
+        """(In a transaction.) Remove the oldest entries until all fit under the cap."""
         with self._lock:
             total = self._sizes.total + self.names.bytes
         if total <= self.cap:
@@ -650,15 +650,7 @@ class DiskStore:
             total -= size
             out.append(_path(key))
         self._void(out)
-        with _transaction(db):
-            _delete(db, out)
-
-    def _trim_now(self) -> None:
-        """At open: the cap may be lower than the last mount's."""
-        with self._lock:
-            over = self._sizes.total + self.names.bytes > self.cap
-        if over:
-            self._queue(_Do(self._trim, "trim"))
+        _delete(db, out)
 
     # -- pruning ----------------------------------------------------------------------------
 

@@ -91,6 +91,23 @@ def test_the_oldest_entries_go_past_the_cap(tmp_path: Path) -> None:
     c.close()
 
 
+def test_a_lower_cap_at_the_next_open_trims_the_oldest(tmp_path: Path) -> None:
+    """The trim at open runs in the writer's transaction (it once opened one of its own
+    inside it, and SQLite refused: nothing was trimmed)."""
+    c = opened(tmp_path)
+    for n in range(5):
+        assert c.save(f"/s/{n}.jsonl", IDENT, {}, {"tree": one_file(os.urandom(8000))})
+        assert c.settle(10)
+    c.close()
+    c = opened(tmp_path, cap=25_000)
+    assert c.settle(10)
+    assert [c.has(f"/s/{n}.jsonl") for n in range(5)] == [False, False, True, True, True]
+    c.close()
+    c = opened(tmp_path)
+    assert len(c) == 3  # (removed from the database, not only forgotten)
+    c.close()
+
+
 @pytest.mark.warns  # (the folder opened to others: "no disk cache")
 def test_the_database_is_the_users_alone(tmp_path: Path) -> None:
     folder = tmp_path / "cache"
