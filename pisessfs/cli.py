@@ -43,10 +43,14 @@ LOG_BACKUPS = 2  # ... and keeps this many old ones: at most 24 MiB per mountpoi
 FSTYPE = status.FSTYPE  # what mountinfo says of our mounts (subtype=pisessfs)
 COMMANDS = ("mount", "umount", "demo", "status", "install-unit")
 MAX_MESSAGE_MB = 1024  # --max-message-mb at most
+MAX_WORKERS = 64  # --workers at most
 # -o options: what they set, the kernel flags passed on, and those with nothing to do here
 # (mount(8) and mount.fuse3 pass some on: rw, nosuid, nodev, noexec with "user", dev, suid).
 OPTION_FLAGS = {"ro", "nonempty", "allow_other", "debug", "warm"}
-OPTION_VALUES = {"log", "cache_mb", "cache_idle", "max_message_mb", "disk_cache", "disk_cache_mb"}
+OPTION_VALUES = {
+    *("log", "cache_mb", "cache_idle", "max_message_mb", "disk_cache", "disk_cache_mb"),
+    "workers",
+}
 KERNEL_FLAGS = {"nosuid", "nodev", "noexec"}
 IGNORED = {
     *("rw", "suid", "dev", "exec", "defaults", "auto", "noauto", "user", "users", "nouser"),
@@ -112,6 +116,7 @@ class Options:
     max_message_mb: float | None = None
     disk_cache: str | None = None
     disk_cache_mb: int | None = None
+    workers: int | None = None
 
 
 def parse_options(values: list[str]) -> Options:
@@ -134,7 +139,8 @@ def parse_options(values: list[str]) -> Options:
                 setattr(out, key, value)
                 continue
             try:
-                number = int(value) if key.endswith("cache_mb") else float(value)
+                whole = key.endswith("cache_mb") or key == "workers"
+                number = int(value) if whole else float(value)
             except ValueError:
                 raise ValueError(f"mount option {raw}: not a number") from None
             setattr(out, key, number)
@@ -144,7 +150,7 @@ def parse_options(values: list[str]) -> Options:
         raise ValueError(
             f"unknown mount option(s): {', '.join(unknown)} (pisessfs takes ro, nonempty, "
             "allow_other, debug, warm, log=FILE, cache_mb=N, cache_idle=S, max_message_mb=N, "
-            "disk_cache=DIR|off, disk_cache_mb=N, and mount's own)"
+            "disk_cache=DIR|off, disk_cache_mb=N, workers=N, and mount's own)"
         )
     return out
 
@@ -271,7 +277,8 @@ def _common(p: argparse.ArgumentParser) -> None:
         metavar="OPT",
         help="mount options, comma-separated: 'ro' read-only, 'nonempty' mount over a folder "
         "that is not empty, allow_other, debug, warm, log=FILE, cache_mb=N, cache_idle=S, "
-        "max_message_mb=N, disk_cache=DIR|off, disk_cache_mb=N (mount's own, such as rw, "
+        "max_message_mb=N, disk_cache=DIR|off, disk_cache_mb=N, workers=N (mount's own, "
+        "such as rw, "
         "nosuid, noauto, user, are accepted)",
     )
     p.add_argument("--allow-other", action="store_true", help="let other users see the mount")
@@ -303,6 +310,15 @@ def _common(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="the disk cache's size at most, in MiB (default 4096; oldest entries out first)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="processes that render the sessions the disk cache lacks into it from the mount's "
+        "start, in the order a walk meets them, so the first grep -r uses every core (default: "
+        "one per core; 0 for none: the mount renders what is asked, in-process; none with "
+        "--disk-cache off)",
     )
     p.add_argument(
         "--cache-idle",
@@ -374,6 +390,7 @@ def _helper_args(argv: list[str]) -> argparse.Namespace:
         log=None,
         disk_cache=None,
         disk_cache_mb=None,
+        workers=None,
         quiet=True,
     )
     with contextlib.suppress(KeyError):
@@ -476,6 +493,9 @@ def _tunables(args: argparse.Namespace, o: Options, min_idle: float) -> dict[str
     for flag, mb in (("--disk-cache-mb", disk_mb), ("--cache-mb", cache_mb)):
         if mb is not None and mb < 0:
             raise ValueError(f"{flag} {mb}: must be a number of MiB >= 0")
+    workers = pick("workers")
+    if workers is not None and not 0 <= workers <= MAX_WORKERS:
+        raise ValueError(f"--workers {workers}: must be a number from 0 to {MAX_WORKERS}")
     if max_mb is not None and not 0 < max_mb <= MAX_MESSAGE_MB:
         raise ValueError(
             f"--max-message-mb {max_mb:g}: must be a number of MiB above 0, at most "
@@ -487,6 +507,7 @@ def _tunables(args: argparse.Namespace, o: Options, min_idle: float) -> dict[str
         "max_message_bytes": int((8 if max_mb is None else max_mb) * (1 << 20)),
         "disk_cache": _disk_folder(pick("disk_cache")),
         "disk_cache_mb": 4096 if disk_mb is None else disk_mb,
+        "workers": (os.cpu_count() or 1) if workers is None else workers,
     }
 
 

@@ -30,14 +30,16 @@ import trio
 from . import heap, mountpoint, status
 from .appender import Appender
 from .fuse_ops import Asked, Operations
+from .naming import file_ident
 from .reads import OPEN_FLAGS
 from .sessions import MIN_IDLE, Store, Unreadable
-from .store import DiskStore, code_mark
+from .store import DiskStore, mark_for
 from .view import View
 from .warmup import WarmUp
 from .watch import Watcher
 from .watchdog import Guard
 from .watchdog import start as start_watchdog
+from .workers import MAX_BYTES, RENDER, Config, Pool
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,7 @@ class MountOptions:
     warm: bool = False  # render every session in the background (``warmup``)
     disk_cache: str | None = None  # the folder of the disk cache (``disk``); None: none
     disk_cache_mb: int = 4096
+    workers: int = 0  # render workers (``workers``); none without a disk cache
 
 
 class MountError(Exception):
@@ -135,6 +138,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
             held=lambda: (len(store.answers), store.held()),
             disk=lambda: _on_disk(cache),
             warm=lambda: warmup.state,
+            workers=lambda: view.workers.said() if view.workers else "",
             search=view.search().said,
             requests=lambda: (Asked.requests, Asked.at_once),
             shown=lambda: _shown(store, cache),
@@ -142,6 +146,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
             fast=FAST,
         )
         state.write()
+        view.workers = _pool(opts, view, cache)
         if ready is not None:
             ready()
         # The signals stay blocked after the loop (_stop_on): a late SIGINT/SIGTERM (systemd's,
@@ -202,7 +207,7 @@ def _disk_cache(opts: MountOptions, store: Store) -> DiskStore | None:
     are removed in a thread meanwhile."""
     if opts.disk_cache is None:
         return None
-    mark = f"{code_mark()} reach {store.files.reach:o}"  # (what bounds every mode shown)
+    mark = mark_for(store.files.reach)
     cache = DiskStore(opts.disk_cache, opts.disk_cache_mb << 20, mark, store.root)
     if not cache.open():
         return None
@@ -224,6 +229,35 @@ def _disk_cache(opts: MountOptions, store: Store) -> DiskStore | None:
     return cache
 
 
+def _pool(opts: MountOptions, view: View, cache: DiskStore) -> Pool | None:
+    """The render workers (``workers``), started: none without a cache folder (what they
+    make would have nowhere to go: the mount renders in-process) or with ``--workers 0``."""
+    if cache.memory or opts.workers <= 0:
+        return None
+    store, index = view.store, view.search()
+
+    def skip(path: str, phase: str) -> str | None:
+        sf = store.known(path)
+        if phase == RENDER and sf is not None and sf.loaded is not None:
+            return "left"  # (the mount parsed it: a walk came first)
+        try:
+            st = store.files.lstat(path)
+        except Unreadable:
+            return "left"
+        if st.st_size > MAX_BYTES:
+            return "left"
+        held = cache.holds(path, file_ident(st)) if phase == RENDER else index.holds(path, st)
+        return "held" if held else None
+
+    config = Config(store.root, cache.folder, cache.cap >> 20, cache.mark)
+    pool = Pool(config, opts.workers, lambda: store.session_paths()[0], skip)
+    pool.learn = cache.learn
+    index.share(pool.covers, pool.want_index)
+    pool.on_end = lambda: index.share(None)
+    pool.start()
+    return pool
+
+
 def _on_disk(cache: DiskStore) -> tuple[str, int, int]:
     """The disk cache's folder, entries and bytes (for ``status``)."""
     return ("", 0, 0) if cache.memory else (cache.folder, len(cache), cache.total_bytes())
@@ -235,6 +269,8 @@ def _save(view: View, cache: DiskStore, clean: bool) -> None:
     stop: systemd after 90 s)."""
     start = time.monotonic()
     until = start + SAVE_SECONDS
+    if view.workers is not None:
+        view.workers.close()  # (what they do now is not waited for)
     try:
         cache.names.keep_heads(view.store.heads_to_keep())  # (the names: a few ms)
         if clean:

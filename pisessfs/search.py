@@ -44,6 +44,7 @@ FRESH = 0.5  # seconds between two looks at every session file
 BUDGET = 0.5  # seconds a query's own update may index before it answers from what is done
 PAGE_LINES, LINE_BYTES = 5, 300  # of each result in <Q>.md
 BATCH = 4 << 20  # bytes of text of the sessions indexed in one transaction
+REST = 0.1  # the index's writes pause this much of each batch's time after it
 _TOKEN = re.compile(r"\w+")  # (what unicode61 keeps of a word: letters and digits)
 
 
@@ -208,9 +209,49 @@ class SearchIndex:
         self._batch_bytes = 0
         self._written = threading.Event()  # the last batch handed to the writer is written
         self._written.set()
+        self._took = 0.0  # seconds the last batch took to write
         # what queries found, by the index's generation, and when (a file's mode changes
         # without a change of the index)
         self._found: dict[tuple[str, str | None], tuple[int, float, Found]] = {}
+        # While render workers index (``share``): whether they index this file (not here)
+        self._shared: Callable[[str], bool] | None = None
+        self._asked: Callable[[], None] = lambda: None
+
+    def share(
+        self, by: Callable[[str], bool] | None, asked: Callable[[], None] = lambda: None
+    ) -> None:
+        """Other processes (the render workers) index the files ``by(path)`` says until
+        ``share(None)``: meanwhile this index leaves those to them, reads what they indexed
+        again at each update, and tells them a query came (``asked``)."""
+        self._shared, self._asked = by, asked
+        self._known = None  # (read again: what they wrote)
+        self._rescan = True
+        self.generation += 1
+        if by is None:  # (they are done: what status says is what they did)
+            indexed, listed = len(self._seen()), len(self.sessions())
+            self.progress = _Progress(min(indexed, listed), listed)
+
+    def add(self, path: str) -> None:
+        """(Blocking: a render worker's, right after its parse of ``path``.) Index what
+        session ``path`` holds that the index lacks (written in its batch: :meth:`flush`)."""
+        with self._lock:
+            if self._known is None:
+                self._known = self._seen()
+            was = self._known.get(path)
+            st = self.lstat(path)
+            if was is None or was.ident[2:] != (st.st_size, st.st_mtime_ns):
+                self._known[path] = self._index(path, was)
+
+    def flush(self) -> None:
+        """(Blocking.) Write what :meth:`add` queued."""
+        with self._lock:
+            self._flush(wait=True)
+
+    def holds(self, path: str, st: os.stat_result) -> bool:
+        """(Blocking.) Whether the store's index holds session ``path`` as ``st`` says it is."""
+        rows = self.store.query("SELECT mark, seen FROM search_files WHERE path = ?", (key(path),))
+        got = _indexed(self.store.mark, *rows[0]) if rows else None
+        return got is not None and got.ident == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
     def note(self, path: str | None) -> None:
         """(The watcher's.) Session file ``path`` changed, came or went (None: any may have,
@@ -241,6 +282,8 @@ class SearchIndex:
         """(Blocking.) Index what changed, for :data:`BUDGET` seconds at most; what is left
         goes on in a thread of its own (a first build of a year of sessions), and a query
         answers from what is indexed meanwhile."""
+        if self._shared is not None:
+            self._asked()  # (the workers index now, if they did not yet)
         if not self._lock.acquire(blocking=False):
             return  # (the build's thread has it: answered from what it did so far)
         try:
@@ -270,8 +313,9 @@ class SearchIndex:
     def _update(self, until: float | None) -> bool:
         """(Under the lock.) Index each session file due, until ``until`` (None: all);
         True when none is left."""
-        if self._known is None:
-            self._known = self._seen()
+        shared = self._shared
+        if self._known is None or shared is not None:
+            self._known = self._seen()  # (the workers add to it meanwhile)
         known = self._known
         noted, self._noted = self._noted, set()
         if self._rescan or not self.watched() or time.monotonic() - self._checked > 3600:
@@ -300,6 +344,8 @@ class SearchIndex:
         for _, path, was in sorted(todo, key=lambda t: (t[0], t[1])):
             if until is not None and time.monotonic() > until:
                 break
+            if shared is not None and shared(path):
+                continue  # (a worker indexes it: still due until it did)
             self._due.discard(path)
             try:
                 known[path] = self._index(path, was)
@@ -325,11 +371,9 @@ class SearchIndex:
         )
         out: dict[str, Indexed] = {}
         for path, mark, seen in rows:
-            with contextlib.suppress(ValueError, TypeError):
-                (dev, ino, size, mtime_ns), count, last = orjson.loads(seen)
-                at = (str(last[0]), int(last[1])) if last is not None else None
-                if mark == self.store.mark:
-                    out[path_of(path)] = Indexed((dev, ino, size, mtime_ns), count, at)
+            got = _indexed(self.store.mark, mark, seen)
+            if got is not None:
+                out[path_of(path)] = got
         return out
 
     def _index(self, path: str, was: Indexed | None) -> Indexed:
@@ -376,12 +420,18 @@ class SearchIndex:
         """(Under the lock.) Write what is queued; with ``wait``, until it is written."""
         batch, self._batch, self._batch_bytes = self._batch, [], 0
         self._written.wait()  # (the batch before: one in the writer's queue at a time)
+        # A pause after each batch, a tenth of its time: the store has one writer at a
+        # time, and SQLite's waiters poll; a build that wrote back to back starved the
+        # render workers' saves ("database is locked" after 5 s).
+        time.sleep(self._took * REST)
         if batch:
 
             def write_all(db: sqlite3.Connection) -> None:
+                started = time.monotonic()
                 for write in batch:
                     write(db)
                 self.generation += 1
+                self._took = time.monotonic() - started
 
             self._written = threading.Event()
             self.store.later(write_all, f"search: {len(batch)} sessions", self._written)
@@ -491,6 +541,17 @@ _JOINED = (
     "search_text JOIN search_docs d ON d.doc = search_text.rowid"
     " JOIN search_files f ON f.id = d.file"
 )
+
+
+def _indexed(ours: str, mark: str, seen: str) -> Indexed | None:
+    """A row of ``search_files``, when this code (mark ``ours``) made it."""
+    if mark != ours:
+        return None
+    with contextlib.suppress(ValueError, TypeError):
+        (dev, ino, size, mtime_ns), count, last = orjson.loads(seen)
+        at = (str(last[0]), int(last[1])) if last is not None else None
+        return Indexed((dev, ino, size, mtime_ns), count, at)
+    return None
 
 
 def _remove(db: sqlite3.Connection, paths: list[str], files: bool) -> None:

@@ -647,18 +647,18 @@ class Store:
         return DiskStore(None, int(self.cache_bytes * SHARE), "memory", self.root)
 
     def session_paths(self) -> tuple[list[str], int]:
-        """Every session file the mount shows, and in how many project folders (a scan of
-        the folders, no file opened: for ``status``)."""
+        """Every session file the mount shows, in a walk's order (the root's last), and in how
+        many project folders (a scan, no file opened: ``status``, the render workers)."""
         try:
             top = self.files.scandir(self.root)
         except Unreadable:
             return [], 0
-        paths = [d.path for d in _session_entries(top)]
+        paths: list[str] = []
         projects = [d for d in top if d.is_dir]
         for d in projects:
             with contextlib.suppress(Unreadable):
                 paths += [f.path for f in self._session_files(d.path)]
-        return paths, len(projects)
+        return paths + [d.path for d in _session_entries(top)], len(projects)
 
     def loaded_paths(self) -> list[str]:
         return [p for p, sf in self._files.items() if sf.loaded is not None]

@@ -149,6 +149,7 @@ class Record:
     disk_bytes: int = 0  # ... what they take
     warm_up: str = ""  # where ``--warm`` is ("": not asked for)
     search: str = ""  # where the search index's build is
+    workers: str = ""  # where the render workers are ("": none)
     requests: int = 0  # requests answered since the mount
     at_once: int = 0  # ... of them, from what is kept, without a coroutine (``fuse_ops.now``)
     shown: int = -1  # sessions the mount shows (-1: not counted yet)
@@ -209,6 +210,7 @@ class Writer:
         disk: Callable[[], tuple[str, int, int]] = lambda: ("", 0, 0),
         warm: Callable[[], str] = lambda: "",
         search: Callable[[], str] = lambda: "",
+        workers: Callable[[], str] = lambda: "",
         requests: Callable[[], tuple[int, int]] = lambda: (0, 0),
         shown: Callable[[], tuple[int, int, int]] = lambda: (-1, 0, 0),
         refused: Callable[[], tuple[str, float]] = lambda: ("", 0.0),
@@ -218,7 +220,7 @@ class Writer:
         pid = os.getpid()
         now = time.time()
         self.parsed, self.kept, self.disk, self.warm = parsed, kept, disk, warm
-        self.held, self.search = held, search
+        self.held, self.search, self.workers = held, search, workers
         self.requests, self.shown, self.refused = requests, shown, refused
         self.record = Record(
             pid=pid,
@@ -250,6 +252,7 @@ class Writer:
             rec.disk_cache, rec.disk_entries, rec.disk_bytes = self.disk()
             rec.warm_up = self.warm()
             rec.search = self.search()
+            rec.workers = self.workers()
             rec.requests, rec.at_once = self.requests()
             rec.refused, rec.refused_at = self.refused()
             rec.shown, rec.projects, rec.disk_mine = self.shown()
@@ -400,6 +403,7 @@ def as_json(e: Entry, now: float) -> dict[str, object]:
         "disk_bytes": r.disk_bytes if r else None,
         "warm_up": (r.warm_up or None) if r else None,
         "search": (r.search or None) if r else None,
+        "workers": (r.workers or None) if r else None,
         "shown": r.shown if r and r.shown >= 0 else None,
         "projects": r.projects if r else None,
         "disk_mine": r.disk_mine if r else None,
@@ -444,6 +448,8 @@ def as_text(e: Entry, now: float) -> str:
     rows.append(("disk cache", disk))
     if r.warm_up:
         rows.append(("warm-up", r.warm_up))
+    if r.workers:
+        rows.append(("workers", r.workers))
     if r.search:
         rows.append(("search", r.search))
     refused = "nothing"

@@ -109,6 +109,12 @@ def code_mark() -> str:
     return h.hexdigest()
 
 
+def mark_for(reach: int) -> str:
+    """The mark of a mount's entries: the code's, and what bounds every mode it shows
+    (``files.reach``): a worker process makes the same mark, or makes nothing."""
+    return f"{code_mark()} reach {reach:o}"
+
+
 def _folder(folder: str) -> str:
     """Why the cache folder may not be used ("" when it may; made when missing, mode 700):
     it must be the daemon user's alone, as what it keeps shows what the sessions say."""
@@ -392,6 +398,15 @@ class DiskStore:
         """Whether there is an entry for ``path`` (a dict lookup: no I/O)."""
         return path in self._sizes
 
+    def learn(self, path: str) -> None:
+        """(Blocking.) Another process (a render worker) wrote the entry of ``path``."""
+        rows = self.query("SELECT bytes FROM entries WHERE path = ?", (_key(path),))
+        with self._lock:
+            if rows:
+                self._sizes.set(path, rows[0][0])
+            else:
+                self._sizes.pop(path)
+
     def load(self, path: str, ident: list[int]) -> Stored | None:
         """The entry of ``path`` if it was made from the file ``ident`` describes, by this
         code, for a mount like this one. An entry that is not is removed."""
@@ -659,10 +674,7 @@ class DiskStore:
         is no more or that other code made (blocking: a thread at mount start); how many
         went. Other roots' entries are their mounts' (one folder may serve several)."""
         try:
-            with self._reading() as db:
-                rows = db.execute(
-                    "SELECT path, mark FROM entries WHERE scope = ?", (_key(self.scope),)
-                ).fetchall()
+            rows = self.query("SELECT path, mark FROM entries WHERE scope = ?", (_key(self.scope),))
         except (OSError, sqlite3.Error):
             return 0
         out = [p for key, mark in rows for p in [_path(key)] if mark != self.mark or gone(p)]

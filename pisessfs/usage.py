@@ -398,7 +398,7 @@ class Usage:
         with self._lock:
             if self.fresh():
                 return
-            self._write_offers()
+            self.flush()
             seen = self.table.seen()
             now: dict[str, tuple[os.stat_result, str]] = {}
             unread, mode, newest = [], 0o444, 0
@@ -501,7 +501,7 @@ class Usage:
         if batch:
             self.table.put_all(batch, then=self._was_offered)
 
-    def _write_offers(self) -> None:
+    def flush(self) -> None:
         """(Blocking.) The counts offered and not written yet, written now."""
         with self._offers_lock:
             batch, self._offers = self._offers, []

@@ -28,6 +28,7 @@ import logging
 import stat
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .carry import Carry
 from .changes import PAGES, Changes
@@ -66,6 +67,9 @@ from .sums import UsageTable
 from .texts import Texts
 from .usage import Seen, Sums, Usage
 from .wholes import Wholes
+
+if TYPE_CHECKING:
+    from .workers import Pool
 
 __all__ = [
     "PAGES",
@@ -119,6 +123,7 @@ class View:
         # only at the files it named, not at every file
         self.watched: Callable[[], bool] = lambda: False
         self._made_lock = threading.Lock()  # usage() and search() are made once
+        self.workers: Pool | None = None  # the render workers (the mount's: ``workers``)
         store.on_evict = self.keeping.evicted
         store.on_parsed = self._parsed
 
@@ -158,6 +163,10 @@ class View:
                 r = Request(sf, s, key, attr_only, listing, seen)
                 if node.step(self, r) is None:
                     return  # what an entry shows never changes: the hot path of grep -r
+        workers = self.workers
+        if sf.loaded is None and workers is not None:
+            # a first parse: none while a render worker makes it (then the store answers)
+            self._settle(lambda: workers.claim(key.path))
         self._settle(sf.step)
         assert sf.loaded is not None
         r = Request(sf, sf.loaded, key, attr_only, listing, seen)
@@ -205,6 +214,8 @@ class View:
         sf = self.store.known(path)
         if (sf is None or sf.loaded is None) and self.disk is not None and self.disk.has(path):
             return None
+        if self.workers is not None and self.workers.covers(path):
+            return None  # (a worker parses it, and counts it)
         return self.store.session(path).load().counted()
 
     def _a_store(self) -> DiskStore:

@@ -260,6 +260,10 @@ def mounted(
     # Each mount its own disk cache (it is on by default): what one test's mount saved never
     # answers another's (a test of the cache itself passes --disk-cache).
     env = {**os.environ, "XDG_CACHE_HOME": str(mnt.with_suffix(".cache"))}
+    # No render workers unless the test asks for them: the others assert what the daemon
+    # itself parses and saves; test_workers checks a mount with workers shows the same.
+    if not any(a.startswith("--workers") for a in extra):
+        extra = ("--workers", "0", *extra)
     with log.open("w") as out:
         proc = subprocess.Popen(
             [

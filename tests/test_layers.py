@@ -20,6 +20,8 @@ ORDER = [
     "warmup",
     "mountpoint",
     "heap",
+    "worker",
+    "workers",
     "fuse_ops",
     "reads",
     "saves",

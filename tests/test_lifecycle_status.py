@@ -66,10 +66,13 @@ def status_files(env: dict[str, str]) -> list[str]:
 
 @contextlib.contextmanager
 def background(sessions: Path, env: dict[str, str], *extra: str) -> Iterator[Path]:
-    """A default-mode (daemonized) mount; always unmounted."""
+    """A default-mode (daemonized) mount; always unmounted. No render workers unless asked
+    for (as ``conftest.mounted``): these tests assert what the daemon itself parses."""
     need(fuse_missing() is None, fuse_missing() or "")
     mnt = mount_base() / uuid.uuid4().hex[:8]
     mnt.mkdir()
+    if not any(a.startswith("--workers") for a in extra):
+        extra = ("--workers", "0", *extra)
     try:
         out = pisessfs("mount", *extra, "--sessions", str(sessions), str(mnt), env=env)
         assert out.returncode == 0, out.stderr

@@ -108,6 +108,21 @@ def test_a_lower_cap_at_the_next_open_trims_the_oldest(tmp_path: Path) -> None:
     c.close()
 
 
+def test_an_entry_another_process_wrote_is_learned(tmp_path: Path) -> None:
+    """A render worker writes an entry with its own store: the mount's learns it."""
+    mine, theirs = opened(tmp_path), opened(tmp_path)
+    assert theirs.save("/s/a.jsonl", IDENT, {}, {"tree": one_file(b"tree\n")}) and theirs.settle(10)
+    assert not mine.has("/s/a.jsonl")
+    mine.learn("/s/a.jsonl")
+    assert mine.has("/s/a.jsonl") and mine.load("/s/a.jsonl", IDENT) is not None
+    theirs.drop("/s/a.jsonl")
+    assert theirs.settle(10)
+    mine.learn("/s/a.jsonl")  # (gone again)
+    assert not mine.has("/s/a.jsonl")
+    mine.close()
+    theirs.close()
+
+
 @pytest.mark.warns  # (the folder opened to others: "no disk cache")
 def test_the_database_is_the_users_alone(tmp_path: Path) -> None:
     folder = tmp_path / "cache"

@@ -1,0 +1,249 @@
+"""Render workers: processes that render and index every session into the store from the
+mount's start, so that a first walk is answered from there. What a mount with them shows is
+what a mount without them shows, byte for byte: every name, link, attribute, file, usage sum
+and search result; a walk that comes first takes the sessions no worker started; a worker
+that dies is replaced and its session left to the mount.
+
+Real mounts and real worker processes; fault injection (``worker.FAULT_ENV``) only to kill
+or slow a worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pisessfs import worker as worker_mod
+from pisessfs.naming import file_ident
+from pisessfs.search import SearchIndex
+from pisessfs.sessions import Store
+from pisessfs.store import DiskStore, mark_for
+from pisessfs.view import View
+from pisessfs.workers import INDEX, RENDER, Config, Pool
+
+from .conftest import Mount, mounted, wait_for
+from .test_disk import FROM_DISK, finished, hostile, parsed, seen, walked
+
+#: The log's line at the passes' end: sessions, and how many the render pass left to the mount
+DONE = re.compile(
+    r"workers: (\d+) sessions: rendered in .* s \(\d+ held, (\d+) left to the mount\), indexed in"
+)
+
+
+def workers_done(m: Mount) -> bool:
+    """The log's line that both passes ended."""
+    return DONE.search(m.log_text()) is not None
+
+
+def found(top: Path, query: str) -> tuple[str, set[str]]:
+    """A query's page's first line and where its results lead."""
+    page = (top / "search" / f"{query}.md").read_text()
+    folder = top / "search" / query
+    return page.splitlines()[0], {os.readlink(folder / n) for n in os.listdir(folder)}
+
+
+@pytest.fixture
+def corpus(sessions: Path) -> Path:
+    hostile(sessions)  # (ids and file names that are not UTF-8, links that are not)
+    return sessions
+
+
+@pytest.mark.fuse
+def test_a_first_walk_with_workers_is_the_walk_without_them(corpus: Path, tmp_path: Path) -> None:
+    """Every session rendered by the workers, none by the daemon; what the walk meets, the
+    search results and the usage sums are those of a mount that renders for itself."""
+    with mounted(corpus, "--disk-cache", str(tmp_path / "c"), "--debug", "--workers", "2") as m:
+        wait_for(lambda: workers_done(m), 60, "the workers' passes")
+        got = seen(m.path)
+        searched = {q: found(m.path, q) for q in ("needle", "user", "the tool")}
+    log = finished(m)
+    sessions = list(corpus.rglob("*.jsonl"))
+    said = DONE.search(log)
+    assert said is not None and int(said.group(1)) == len(sessions)
+    assert parsed(log) == []  # the daemon parsed none: each came from the store
+    assert log.count(FROM_DISK) == len(sessions)
+
+    with mounted(corpus, "--disk-cache", "off") as alone:
+        assert "workers:" not in alone.log_text()  # (none without a cache folder)
+        fresh = seen(alone.path)
+        searched_alone = {q: found(alone.path, q) for q in searched}
+    assert got == fresh  # hostile ids, forks' links, conversation.md, usage/ too
+    assert searched == searched_alone
+    assert searched["needle"][1]  # (it finds something)
+
+
+def backwards(top: Path) -> dict[str, dict[str, tuple[object, ...]]]:
+    """What a walk meets in each session folder, the last one a walk meets first (a walk
+    ahead of the workers, which take them in order)."""
+    folders = [p for p in sorted(top.glob("*/*")) if p.is_dir() and not p.is_symlink()]
+    return {str(f.relative_to(top)): seen(f) for f in reversed(folders)}
+
+
+@pytest.mark.fuse
+def test_a_walk_ahead_of_the_workers_takes_what_they_did_not_start(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slow workers, a walk from the last session: the walk parses the sessions no worker
+    started (each once: a worker skips one the mount took) and waits for the one a worker
+    renders; it meets what a mount without workers shows."""
+    monkeypatch.setenv(worker_mod.FAULT_ENV, "slow:0.5")
+    with mounted(corpus, "--disk-cache", str(tmp_path / "c"), "--debug", "--workers", "1") as m:
+        got = backwards(m.path)
+        wait_for(lambda: workers_done(m), 60, "the workers' passes")
+    log = finished(m)
+    mine = parsed(log)
+    assert mine, "the walk parsed none itself"
+    assert len(set(mine)) == len(mine)  # none twice
+    said = DONE.search(log)
+    assert said is not None and int(said.group(2)) == len(mine), log
+    assert log.count(FROM_DISK) == len(list(corpus.rglob("*.jsonl"))) - len(mine)
+    with mounted(corpus, "--disk-cache", "off") as alone:
+        assert got == backwards(alone.path)
+
+
+@pytest.mark.fuse
+def test_a_worker_that_dies_is_replaced_and_its_session_left_to_the_mount(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    victim = next(p for p in sorted(corpus.rglob("*.jsonl")) if "hostile" not in str(p))
+    monkeypatch.setenv(worker_mod.FAULT_ENV, f"exit:{victim.name}")
+    with mounted(corpus, "--disk-cache", str(tmp_path / "c"), "--debug", "--workers", "2") as m:
+        wait_for(lambda: workers_done(m), 60, "the workers' passes")
+        got = seen(m.path)
+    log = finished(m)
+    assert log.count("a worker died on") == 2, log  # (once in each pass)
+    assert f"a worker died on {victim}; another one starts" in log
+    assert [line for line in parsed(log) if str(victim) in line]  # the mount did it
+    fresh, _ = walked(corpus, tmp_path / "other", "--disk-cache", "off")
+    assert got == fresh
+
+
+@pytest.mark.fuse
+def test_a_session_changed_after_its_worker_rendered_it_shows_the_change(
+    sessions: Path, tmp_path: Path
+) -> None:
+    """An entry a worker made is of the file as it was: a line appended since shows, and is
+    found."""
+    with mounted(sessions, "--disk-cache", str(tmp_path / "c"), "--workers", "2") as m:
+        wait_for(lambda: workers_done(m), 60, "the workers' passes")
+        path = next(p for p in sessions.rglob("*.jsonl") if p.stat().st_size < 1 << 20)
+        last = [line for line in path.read_text().splitlines() if '"id"' in line][-1]
+        parent = re.search(r'"id":"([^"]+)"', last.replace(" ", ""))
+        assert parent is not None
+        line = json.dumps(
+            {
+                "type": "message",
+                "id": "zz000001",
+                "parentId": parent.group(1),
+                "timestamp": "2026-12-05T10:00:00.000Z",
+                "message": {"role": "user", "content": "quasimodoword appended"},
+            }
+        )
+        with path.open("a") as f:
+            f.write(line + "\n")
+        conversations = list(m.path.glob("*/*/conversation.md"))
+
+        def shows() -> bool:
+            return any("quasimodoword" in c.read_text() for c in conversations)
+
+        wait_for(shows, 10, "the appended line in conversation.md")
+        wait_for(lambda: found(m.path, "quasimodoword")[1] != set(), 10, "the line found")
+
+
+@pytest.mark.fuse
+def test_status_says_where_the_workers_are_and_none_run_when_asked(
+    sessions: Path, tmp_path: Path
+) -> None:
+    with mounted(sessions, "--disk-cache", str(tmp_path / "c"), "--workers", "2") as m:
+        wait_for(lambda: workers_done(m), 60, "the workers' passes")
+        out = subprocess.run(
+            [sys.executable, "-m", "pisessfs.cli", "status"], capture_output=True, text=True
+        ).stdout
+    n = len(list(sessions.rglob("*.jsonl")))
+    assert re.search(rf"workers +done: {n} sessions: rendered in", out), out
+    assert f"search     {n} of {n} sessions indexed" in out, out  # (no query asked yet)
+    with mounted(sessions, "--disk-cache", str(tmp_path / "d"), "--workers", "0") as m:
+        assert (m.path / "usage" / "usage.md").read_bytes()  # (it answers)
+        assert "workers:" not in m.log_text()
+
+
+def test_workers_option_is_checked(sessions: Path, tmp_path: Path) -> None:
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+
+    def mount(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "pisessfs.cli", "mount", "--sessions", str(sessions)]
+        return subprocess.run([*argv, *args, str(mnt)], capture_output=True, text=True)
+
+    bad = mount("--workers", "-1")
+    assert bad.returncode == 2 and "--workers -1: must be a number from 0 to 64" in bad.stderr
+    bad = mount("-o", "workers=two")
+    assert bad.returncode == 2 and "mount option workers=two: not a number" in bad.stderr
+
+
+def test_a_pool_renders_and_indexes_every_session_into_the_store(
+    sessions: Path, tmp_path: Path
+) -> None:
+    """The pool without a mount: real worker processes fill a store; the store then holds
+    every session as its file is, its index every session, and a claim of a queued session
+    takes it out of the queue."""
+    store = Store(str(sessions))
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    mark = mark_for(store.files.reach)
+    disk = DiskStore(str(cache), 1 << 30, mark, store.root)
+    assert disk.open()
+    view = View(store)
+    view.disk = store.disk = disk
+    index: SearchIndex = view.search()
+    paths = store.session_paths()[0]
+
+    def skip(path: str, phase: str) -> str | None:
+        st = store.files.lstat(path)
+        held = disk.holds(path, file_ident(st)) if phase == RENDER else index.holds(path, st)
+        return "held" if held else None
+
+    pool = Pool(Config(store.root, str(cache), 1024, mark), 2, lambda: paths, skip)
+    pool.learn = disk.learn
+    ended: list[bool] = []
+    pool.on_end = lambda: ended.append(True)
+    index.share(pool.covers, pool.want_index)
+    pool.start()
+    wait_for(lambda: bool(ended), 60, "the passes")
+    assert "rendered in" in pool.said() and "indexed in" in pool.said()
+    for path in paths:
+        st = store.files.lstat(path)
+        assert disk.has(path) and disk.holds(path, file_ident(st)), path
+        assert index.holds(path, st), path
+        assert not pool.covers(path)  # (done: the mount's index does what changes)
+    assert pool.claim(paths[0]) is None  # (no pass runs: the mount's)
+    disk.close()
+
+
+def test_a_worker_answers_each_line_and_refuses_what_is_not_a_path(tmp_path: Path) -> None:
+    """The worker's protocol: one JSON line per line asked, in order; a line that is no
+    pass or no path is answered, not fatal."""
+    root = tmp_path / "s"
+    root.mkdir()
+    cache = tmp_path / "c"
+    cache.mkdir(mode=0o700)
+    mark = mark_for(Store(str(root)).files.reach)
+    cfg = Config(str(root), str(cache), 64, mark)
+    asked = (
+        b"render zz\nfly 2f\n" + f"{INDEX} {os.fsencode(str(root / 'x.jsonl')).hex()}\n".encode()
+    )
+    out = subprocess.run(cfg.argv(), input=asked, capture_output=True, timeout=60)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0, out.stderr
+    assert len(lines) == 3
+    assert b'"not a path"' in lines[0] and b"no pass" in lines[1] and b'"done":false' in lines[2]
+    other = subprocess.run(
+        Config(str(root), str(cache), 64, "other code").argv(), capture_output=True, timeout=60
+    )
+    assert other.returncode == 2 and b"other code than the mount's" in other.stderr
