@@ -278,8 +278,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="mount options, comma-separated: 'ro' read-only, 'nonempty' mount over a folder "
         "that is not empty, allow_other, debug, warm, log=FILE, cache_mb=N, cache_idle=S, "
         "max_message_mb=N, disk_cache=DIR|off, disk_cache_mb=N, workers=N (mount's own, "
-        "such as rw, "
-        "nosuid, noauto, user, are accepted)",
+        "such as rw, nosuid, noauto, user, are accepted)",
     )
     p.add_argument("--allow-other", action="store_true", help="let other users see the mount")
     p.add_argument("--debug", action="store_true", help="log every request")

@@ -216,6 +216,7 @@ class SearchIndex:
         # While render workers index (``share``): whether they index this file (not here)
         self._shared: Callable[[str], bool] | None = None
         self._asked: Callable[[], None] = lambda: None
+        self._shared_read = -1e9  # (time.monotonic) when what they wrote was read
 
     def share(
         self, by: Callable[[str], bool] | None, asked: Callable[[], None] = lambda: None
@@ -264,6 +265,9 @@ class SearchIndex:
 
     def fresh(self) -> bool:
         """Whether nothing is known to be due (a query then answers without a look)."""
+        if self._shared is not None and not self._noted:
+            # (the workers index what is due: what they wrote is read twice a second at most)
+            return time.monotonic() - self._shared_read < FRESH
         if self._due or self._noted:
             return False
         if self.watched() and not self._rescan:
@@ -316,6 +320,7 @@ class SearchIndex:
         shared = self._shared
         if self._known is None or shared is not None:
             self._known = self._seen()  # (the workers add to it meanwhile)
+            self._shared_read = time.monotonic()
         known = self._known
         noted, self._noted = self._noted, set()
         if self._rescan or not self.watched() or time.monotonic() - self._checked > 3600:
@@ -327,6 +332,8 @@ class SearchIndex:
             self._due |= noted
         gone, todo = [], []
         for path in list(self._due):
+            if shared is not None and shared(path):
+                continue  # (a worker indexes it: due until the workers are done)
             try:
                 st = self.lstat(path)
             except Exception:  # (gone, or no longer a file to read: not searched)
@@ -344,8 +351,6 @@ class SearchIndex:
         for _, path, was in sorted(todo, key=lambda t: (t[0], t[1])):
             if until is not None and time.monotonic() > until:
                 break
-            if shared is not None and shared(path):
-                continue  # (a worker indexes it: still due until it did)
             self._due.discard(path)
             try:
                 known[path] = self._index(path, was)
@@ -363,7 +368,7 @@ class SearchIndex:
         p = self.progress
         left = len({q for q in self._due if q not in known})
         self.progress = _Progress(len(known), len(known) + left, p.building, p.started, p.done_then)
-        return not self._due
+        return all(shared is not None and shared(q) for q in self._due)  # (none left here)
 
     def _seen(self) -> dict[str, Indexed]:
         rows = self.store.query(

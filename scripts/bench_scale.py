@@ -28,6 +28,7 @@ Cold runs need root (drop_caches).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import random
 import re
@@ -120,11 +121,19 @@ def cold_raw(tool: str, word: str, top: Path, runs: int) -> list[float] | str:
 
 def cold_mount(
     tool: str, word: str, m: b.Mount, runs: int, *, disk: Path, kept: bool
-) -> list[float] | str:
+) -> tuple[list[float] | str, str]:
     """Cold walks by fresh daemons: with an empty disk cache, or (``kept``) with the one the
-    daemon before saved at its unmount."""
+    daemon before saved at its unmount; and what the last one's render workers said."""
     got = fresh_walks(tool, word, m, runs, warm=False, disk=None if kept else disk)
-    return got if isinstance(got, str) else got[0]
+    return (got, "") if isinstance(got, str) else got
+
+
+@functools.cache
+def has_workers() -> bool:
+    """Whether the pisessfs measured has render workers (an older one has not: nothing of
+    theirs is waited for)."""
+    helped = subprocess.run([*b.PISESSFS, "mount", "--help"], capture_output=True, text=True)
+    return "--workers" in helped.stdout
 
 
 def fresh_walks(
@@ -132,7 +141,10 @@ def fresh_walks(
 ) -> tuple[list[float], str] | str:
     """The first walk of a fresh daemon, the page cache dropped, ``runs`` times; with
     ``warm``, a daemon started with ``--warm``, walked once its log says the warm-up is over
-    (and what the last warm-up said). ``disk``: the disk cache emptied before each start."""
+    (and what the last warm-up said). ``disk``: the disk cache emptied before each start.
+    A daemon with render workers is stopped only once they are done (what the last ones
+    said, when not ``warm``): the next mount's cache then holds every session and its index,
+    as a mount that stayed up leaves it."""
     out, said, plain = [], "", m.extra
     m.extra = [*plain, "--warm"] if warm else plain
     try:
@@ -147,9 +159,24 @@ def fresh_walks(
             if why:
                 return why
             out.append(timed(walks(tool, word, m.mnt)))
+            if has_workers() and not warm:
+                said = _logged(m, since, "workers: ", "indexed in")
     finally:
         m.extra = plain
     return out, said
+
+
+def _logged(m: b.Mount, since: int, *words: str, timeout: float = 900) -> str:
+    """What follows the first of ``words`` on the first line of the daemon's log after byte
+    ``since`` that holds them all, once there is one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = m.logfile.read_bytes()[since:].decode(errors="replace")
+        line = next((ln for ln in text.splitlines() if all(w in ln for w in words)), None)
+        if line is not None:
+            return line.partition(words[0])[2]
+        time.sleep(0.5)
+    raise RuntimeError(f"no line with {words} in {m.logfile} after {timeout:.0f} s")
 
 
 def _warm_up(m: b.Mount, since: int, timeout: float = 3600) -> str:
@@ -299,6 +326,9 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     m = b.Mount("mount", raw, tmp / "mnt", tmp / "mount.log")
     disk = tmp / "disk-cache"
     m.extra = ["--disk-cache", str(disk)]
+    if args.workers is not None and has_workers():
+        m.extra += ["--workers", str(args.workers)]
+    result["workers"] = args.workers if has_workers() else "none (this pisessfs has no workers)"
     if args.cache_mb:
         m.extra += ["--cache-mb", str(args.cache_mb)]
         result["cache_mb"] = args.cache_mb
@@ -306,6 +336,9 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     try:
         b.log("first walk of the mount (renders every conversation.md)")
         result["first_grep_s"] = timed(walks("grep", args.word, m.mnt))
+        if has_workers():
+            b.log("the render workers' passes")
+            result["first_workers"] = _logged(m, 0, "workers: ", "indexed in")
         for tool in ("grep", "rg"):
             b.log(f"{tool}: warm")
             result[f"{tool}_warm_raw"] = warm(tool, args.word, raw, args.runs)
@@ -319,27 +352,36 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         result["hits"] = hits(args.word, raw, m.mnt)
         result["walk_files"], result["walk_bytes"] = walked_bytes(m.mnt)
         if not args.no_cold:
-            for tool in ("grep", "rg"):
-                b.log(f"{tool}: cold")
-                result[f"{tool}_cold_raw"] = cold_raw(tool, args.word, raw, args.cold_runs)
-                for kept, kind in ((False, "cold"), (True, "disk")):
-                    if kept:
-                        b.log(f"{tool}: cold, on the disk cache the mount before saved")
-                    result[f"{tool}_{kind}_mount"] = cold_mount(
-                        tool, args.word, m, args.cold_runs, disk=disk, kept=kept
-                    )
-                result[f"{tool}_disk_raw"] = result[f"{tool}_cold_raw"]
-            for tool in ("grep", "rg"):
-                b.log(f"{tool}: first walk after --warm")
-                got = fresh_walks(tool, args.word, m, args.cold_runs, warm=True, disk=disk)
-                if isinstance(got, str):
-                    result[f"{tool}_warmed_mount"] = got
-                else:
-                    result[f"{tool}_warmed_mount"], result["warm_up"] = got
+            cold_figures(args, m, raw, disk, result)
     finally:
         m.stop()
     result["listing"] = first_listing(raw, tmp, 100)
     return result
+
+
+def cold_figures(
+    args: argparse.Namespace, m: b.Mount, raw: Path, disk: Path, result: dict[str, Any]
+) -> None:
+    """The cold walks: raw, a first mount, a later one, one after --warm (into ``result``)."""
+    for tool in ("grep", "rg"):
+        b.log(f"{tool}: cold")
+        result[f"{tool}_cold_raw"] = cold_raw(tool, args.word, raw, args.cold_runs)
+        for kept, kind in ((False, "cold"), (True, "disk")):
+            if kept:
+                b.log(f"{tool}: cold, on the disk cache the mount before saved")
+            result[f"{tool}_{kind}_mount"], said = cold_mount(
+                tool, args.word, m, args.cold_runs, disk=disk, kept=kept
+            )
+            if said:
+                result[f"{tool}_{kind}_workers"] = said
+        result[f"{tool}_disk_raw"] = result[f"{tool}_cold_raw"]
+    for tool in ("grep", "rg"):
+        b.log(f"{tool}: first walk after --warm")
+        got = fresh_walks(tool, args.word, m, args.cold_runs, warm=True, disk=disk)
+        if isinstance(got, str):
+            result[f"{tool}_warmed_mount"] = got
+        else:
+            result[f"{tool}_warmed_mount"], result["warm_up"] = got
 
 
 def report(r: dict[str, Any]) -> str:
@@ -376,6 +418,10 @@ def report(r: dict[str, Any]) -> str:
             lines.append(f"{what:<26} {a:8.2f} {m:8.2f} {m / a:6.2f}  (cold raw) runs {each}")
     if "warm_up" in r:
         lines.append(f"the last --warm daemon's warm-up: {r['warm_up']}")
+    lines.append(f"render workers: {r.get('workers') or 'one per core'}")
+    for key in ("first_workers", "grep_cold_workers", "rg_cold_workers"):
+        if key in r:
+            lines.append(f"  {key.replace('_', ' ')}: {r[key]}")
     if "search" in r:
         lines += ["", *search_report(r)]
     h = r["hits"]
@@ -432,6 +478,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cache-mb", type=int, help="the daemon's --cache-mb (default: its own)")
     p.add_argument("--no-cold", action="store_true")
     p.add_argument("--no-search", action="store_true", help="no search figures")
+    p.add_argument(
+        "--workers", type=int, metavar="N", help="the daemon's --workers (default: its own)"
+    )
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--tmp", metavar="DIR")
     p.add_argument(

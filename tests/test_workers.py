@@ -29,6 +29,7 @@ from pisessfs.workers import INDEX, RENDER, Config, Pool
 
 from .conftest import Mount, mounted, wait_for
 from .test_disk import FROM_DISK, finished, hostile, parsed, seen, walked
+from .test_lifecycle_status import status_json
 
 #: The log's line at the passes' end: sessions, and how many the render pass left to the mount
 DONE = re.compile(
@@ -247,3 +248,30 @@ def test_a_worker_answers_each_line_and_refuses_what_is_not_a_path(tmp_path: Pat
         Config(str(root), str(cache), 64, "other code").argv(), capture_output=True, timeout=60
     )
     assert other.returncode == 2 and b"other code than the mount's" in other.stderr
+
+
+@pytest.mark.fuse
+def test_a_query_during_the_render_pass_starts_the_index_pass_and_answers_meanwhile(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slow workers: a query right after the mount answers from what is indexed (none yet,
+    its page says of how many), starts the index pass beside the render pass, and once the
+    workers are done finds what a mount without workers finds."""
+    monkeypatch.setenv(worker_mod.FAULT_ENV, "slow:0.2")
+    n = len(list(corpus.rglob("*.jsonl")))
+    with mounted(corpus, "--disk-cache", str(tmp_path / "c"), "--workers", "1") as m:
+        first, _ = found(m.path, "needle")
+        assert re.fullmatch(rf"# needle: \d+ matches? in \d+ of {n} sessions", first), first
+
+        def both() -> bool:
+            said = status_json(os.environ.copy())[str(m.path)]["workers"] or ""
+            return "rendering" in said and "indexing" in said
+
+        wait_for(both, 10, "the index pass beside the render pass")
+        wait_for(lambda: workers_done(m), 60, "the workers' passes")
+        after = found(m.path, "needle")
+        log = m.log_text()
+    assert after[0].endswith(f"in {n} of {n} sessions")
+    assert "search: " not in log.replace("search: the index", "")  # (no build of its own)
+    with mounted(corpus, "--disk-cache", "off") as alone:
+        assert found(alone.path, "needle") == after
