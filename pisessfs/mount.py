@@ -30,7 +30,6 @@ import trio
 from . import heap, mountpoint, status
 from .appender import Appender
 from .fuse_ops import Asked, Operations
-from .naming import file_ident
 from .reads import OPEN_FLAGS
 from .sessions import MIN_IDLE, Store, Unreadable
 from .store import DiskStore, mark_for
@@ -39,7 +38,7 @@ from .warmup import WarmUp
 from .watch import Watcher
 from .watchdog import Guard
 from .watchdog import start as start_watchdog
-from .workers import MAX_BYTES, RENDER, Config, Pool
+from .workers import Pool
 
 log = logging.getLogger(__name__)
 
@@ -234,26 +233,7 @@ def _pool(opts: MountOptions, view: View, cache: DiskStore) -> Pool | None:
     make would have nowhere to go: the mount renders in-process) or with ``--workers 0``."""
     if cache.memory or opts.workers <= 0:
         return None
-    store, index = view.store, view.search()
-
-    def skip(path: str, phase: str) -> str | None:
-        sf = store.known(path)
-        if phase == RENDER and sf is not None and sf.loaded is not None:
-            return "left"  # (the mount parsed it: a walk came first)
-        try:
-            st = store.files.lstat(path)
-        except Unreadable:
-            return "left"
-        if st.st_size > MAX_BYTES:
-            return "left"
-        held = cache.holds(path, file_ident(st)) if phase == RENDER else index.holds(path, st)
-        return "held" if held else None
-
-    config = Config(store.root, cache.folder, cache.cap >> 20, cache.mark)
-    pool = Pool(config, opts.workers, lambda: store.session_paths()[0], skip)
-    pool.learn = cache.learn
-    index.share(pool.covers, pool.want_index)
-    pool.on_end = lambda: index.share(None)
+    pool = Pool.of(view.store, cache, view.search(), opts.workers)
     pool.start()
     return pool
 

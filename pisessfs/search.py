@@ -141,6 +141,10 @@ class Indexed(NamedTuple):
     entries: int
     last: tuple[str, int] | None
 
+    def holds(self, st: os.stat_result) -> bool:
+        """Whether the file as ``st`` says it is now is the one indexed."""
+        return self.ident == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
 
 class Parsed(NamedTuple):
     """What ``docs_of`` gives: the file as parsed, and its entries from the one asked on
@@ -229,15 +233,16 @@ class SearchIndex:
         self._rescan = True
         self.generation += 1
         if by is None:  # (they are done: what status says is what they did)
-            indexed, listed = len(self._seen()), len(self.sessions())
-            self.progress = _Progress(min(indexed, listed), listed)
+            with contextlib.suppress(OSError, sqlite3.Error):  # (at unmount: closed)
+                indexed, listed = len(self.indexed()), len(self.sessions())
+                self.progress = _Progress(min(indexed, listed), listed)
 
     def add(self, path: str) -> None:
         """(Blocking: a render worker's, right after its parse of ``path``.) Index what
         session ``path`` holds that the index lacks (written in its batch: :meth:`flush`)."""
         with self._lock:
             if self._known is None:
-                self._known = self._seen()
+                self._known = self.indexed()
             was = self._known.get(path)
             st = self.lstat(path)
             if was is None or was.ident[2:] != (st.st_size, st.st_mtime_ns):
@@ -247,12 +252,6 @@ class SearchIndex:
         """(Blocking.) Write what :meth:`add` queued."""
         with self._lock:
             self._flush(wait=True)
-
-    def holds(self, path: str, st: os.stat_result) -> bool:
-        """(Blocking.) Whether the store's index holds session ``path`` as ``st`` says it is."""
-        rows = self.store.query("SELECT mark, seen FROM search_files WHERE path = ?", (key(path),))
-        got = _indexed(self.store.mark, *rows[0]) if rows else None
-        return got is not None and got.ident == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
     def note(self, path: str | None) -> None:
         """(The watcher's.) Session file ``path`` changed, came or went (None: any may have,
@@ -319,7 +318,7 @@ class SearchIndex:
         True when none is left."""
         shared = self._shared
         if self._known is None or shared is not None:
-            self._known = self._seen()  # (the workers add to it meanwhile)
+            self._known = self.indexed()  # (the workers add to it meanwhile)
             self._shared_read = time.monotonic()
         known = self._known
         noted, self._noted = self._noted, set()
@@ -370,7 +369,8 @@ class SearchIndex:
         self.progress = _Progress(len(known), len(known) + left, p.building, p.started, p.done_then)
         return all(shared is not None and shared(q) for q in self._due)  # (none left here)
 
-    def _seen(self) -> dict[str, Indexed]:
+    def indexed(self) -> dict[str, Indexed]:
+        """(Blocking.) What the store's index holds of each session file of this root."""
         rows = self.store.query(
             "SELECT path, mark, seen FROM search_files WHERE scope = ?", (self.scope,)
         )

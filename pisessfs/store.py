@@ -262,6 +262,10 @@ class _Names:
         return len(lost)
 
 
+#: The file identity of each entry of a root by a code (``DiskStore.idents``)
+_IDENTS = "SELECT path, ident FROM entries WHERE scope = ? AND mark = ?"
+
+
 class _Sizes:
     """The entries there are: each one's bytes by path, and their sum (asked at every drop
     of a parsed session when the store is in memory: its bytes count against that cap)."""
@@ -275,6 +279,9 @@ class _Sizes:
 
     def __len__(self) -> int:
         return len(self._of)
+
+    def get(self, path: str) -> int | None:
+        return self._of.get(path)
 
     def set(self, path: str, size: int) -> None:
         self.total += size - self._of.get(path, 0)
@@ -398,14 +405,19 @@ class DiskStore:
         """Whether there is an entry for ``path`` (a dict lookup: no I/O)."""
         return path in self._sizes
 
-    def learn(self, path: str) -> None:
-        """(Blocking.) Another process (a render worker) wrote the entry of ``path``."""
-        rows = self.query("SELECT bytes FROM entries WHERE path = ?", (_key(path),))
+    def size_of(self, path: str) -> int | None:
         with self._lock:
-            if rows:
-                self._sizes.set(path, rows[0][0])
-            else:
-                self._sizes.pop(path)
+            return self._sizes.get(path)
+
+    def learn(self, path: str, size: int) -> None:
+        """Another process (a render worker) wrote the entry of ``path``, ``size`` bytes."""
+        with self._lock:
+            self._sizes.set(path, size)
+
+    def idents(self) -> dict[str, str]:
+        """(Blocking.) The file identity (JSON) of each entry of this root by this code."""
+        rows = self.query(_IDENTS, (_key(self.scope), self.mark))
+        return {_path(p): i for p, i in rows}
 
     def load(self, path: str, ident: list[int]) -> Stored | None:
         """The entry of ``path`` if it was made from the file ``ident`` describes, by this

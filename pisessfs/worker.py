@@ -12,11 +12,11 @@ the store, as a later mount does. ``index``: index its messages for ``search/``.
 Run as ``python -m pisessfs.worker --sessions ROOT --cache FOLDER --cache-mb N --mark M``.
 It reads a line per session on its standard input, the pass and the path's bytes in hex
 (``render 2f746d70…``), and answers a JSON line on its standard output: ``{"done": true}``
-when the store holds the session as its file is now (made here or found there) or it is
-indexed, else ``{"done": false, "why": …}``. It holds one session at a time, ignores the
-terminal's signals (the mount's to handle), and ends when its input closes, once it wrote
-what it holds. It is the core, in another process: it never imports pyfuse3 or trio, and
-opens session files only through ``files``.
+when the store holds the session as its file is now (made here or found there: with
+``"bytes"``, what its entry takes) or it is indexed, else ``{"done": false, "why": …}``.
+It holds one session at a time, ignores the terminal's signals (the mount's to handle), and
+ends when its input closes, once it wrote what it holds. It is the core, in another
+process: it never imports pyfuse3 or trio, and opens session files only through ``files``.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 #: The parse cache of a worker: one session at a time, and the biggest it renders
 #: (``workers.MAX_BYTES``) fits with its renders.
 CACHE_BYTES = 512 << 20
+#: A worker's niceness: the mount answers other requests first when the cores are busy.
+NICE = 5
 #: Fault injection for the tests only (``_fault``).
 FAULT_ENV = "PISESSFS_FAULT_WORKER"
 #: Seconds without a path after which a worker writes what it counted.
@@ -70,13 +72,16 @@ class Renderer:
                 return {"done": True}
             if phase != RENDER:
                 return {"done": False, "why": f"no pass {phase!r}"}
-            if self.disk.holds(path, file_ident(store.files.lstat(path))):
-                return {"done": True}
-            self._list_below(self.view.ino(Key(Kind.SESSION, path)))
-            if not self.view.carry.save_one(path) or not self.disk.settle():
-                return {"done": False, "why": "not saved"}
-            return {"done": True}
+            if not self.disk.holds(path, file_ident(store.files.lstat(path))):
+                self._list_below(self.view.ino(Key(Kind.SESSION, path)))
+                if not self.view.carry.save_one(path) or not self.disk.settle():
+                    return {"done": False, "why": "not saved"}
+            size = self.disk.size_of(path)
+            return {"done": True, "bytes": size} if size is not None else {"done": False}
         except (ViewError, Unreadable, OSError) as err:  # gone, unreadable: the mount's
+            return {"done": False, "why": f"{type(err).__name__}: {err}"}
+        except Exception as err:  # a bug: this session is the mount's, the others go on
+            log.exception("%s: not rendered", path)
             return {"done": False, "why": f"{type(err).__name__}: {err}"}
         finally:
             leaving = store.leaving(path)
@@ -140,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mark", required=True, help="the mount's mark of its entries")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.nice(NICE)  # (the mount's requests first: they wait on no worker but their own)
     logging.basicConfig(level=logging.WARNING, format="pisessfs worker: %(message)s")
     store = Store(args.sessions, cache_bytes=CACHE_BYTES)
     mark = mark_for(store.files.reach)

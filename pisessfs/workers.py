@@ -42,6 +42,11 @@ from pathlib import Path
 
 import orjson
 
+from .naming import file_ident
+from .search import SearchIndex
+from .sessions import Store, Unreadable
+from .store import DiskStore
+
 log = logging.getLogger(__name__)
 
 #: A session file bigger than this is left to the mount (a worker holds one session at a
@@ -54,8 +59,10 @@ FINISH = 120.0
 #: The passes, in order (what a worker is asked to do with each session of the pass).
 RENDER, INDEX = "render", "index"
 
-#: Why a session is not given to a worker: the store holds it, or the mount does it.
+#: Why a session is not given to a worker when its turn comes (the mount does it), if so.
 Skip = Callable[[str, str], str | None]
+#: The sessions of a pass the store holds as their files are now (asked once per pass).
+Held = Callable[[str, list[str]], set[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +85,12 @@ class Config:
 class Pass:
     """One pass over the sessions: what is queued, what a worker does now, what is done."""
 
-    def __init__(self, phase: str, paths: list[str], size: int) -> None:
-        self.phase, self.size = phase, size  # (its workers)
-        self.queue: OrderedDict[str, None] = OrderedDict.fromkeys(paths)
+    def __init__(self, phase: str, paths: list[str], held: set[str]) -> None:
+        self.phase = phase
+        self.queue = OrderedDict.fromkeys(p for p in paths if p not in held)
         self.running: dict[str, threading.Event] = {}
         self.left: set[str] = set()  # left to the mount after all
-        self.done: dict[str, int] = {}  # how many, by how: "done", "held", "left"
+        self.done = {"held": len(held)}  # how many, by how: "done", "held", "left"
         self.started = time.monotonic()
         self.took: float | None = None  # seconds, once it ended
 
@@ -108,13 +115,15 @@ class Pool:
     """Render workers and the sessions they are to render and index."""
 
     def __init__(
-        self, config: Config, size: int, order: Callable[[], list[str]], skip: Skip
+        self, config: Config, size: int, order: Callable[[], list[str]], held: Held, skip: Skip
     ) -> None:
         """``size`` workers; ``order()``: every session file, in a walk's order;
-        ``skip(path, phase)``: why no worker is to do session ``path`` in that pass
-        (blocking): ``"held"`` (the store holds it as it is now), ``"left"`` (the mount
-        parsed it, or it is too big or unreadable), else None."""
+        ``held(phase, paths)``: those the store holds for that pass (blocking: one look at
+        them all, not a look each: a later mount's walk waited on those);
+        ``skip(path, phase)``: ``"left"`` when the mount does session ``path`` (it parsed
+        it, or it is too big or unreadable), else None."""
         self.config, self.size, self.order, self.skip = config, size, order, skip
+        self.held = held
         self._lock = threading.Lock()
         self._passes: dict[str, Pass] = {}
         self._procs: list[subprocess.Popen[bytes]] = []
@@ -123,8 +132,33 @@ class Pool:
         self._asked = threading.Event()  # the index is wanted now (a query came)
         self._stopped = False
         self._ended = False
-        self.learn: Callable[[str], None] = lambda path: None  # a worker rendered ``path``
+        # a worker rendered ``path`` into an entry of that many bytes
+        self.learn: Callable[[str, int], None] = lambda path, size: None
         self.on_end: Callable[[], None] = lambda: None  # told once every worker is done
+
+    @classmethod
+    def of(cls, store: Store, cache: DiskStore, index: SearchIndex, size: int) -> Pool:
+        """The pool of a mount: its sessions, its store and the store's index (which leaves
+        the sessions the workers index to them, meanwhile)."""
+        config = Config(store.root, cache.folder, cache.cap >> 20, cache.mark)
+
+        def held(phase: str, paths: list[str]) -> set[str]:
+            return _held(store, cache, index, phase, paths)
+
+        def skip(path: str, phase: str) -> str | None:
+            sf = store.known(path)
+            if phase == RENDER and sf is not None and sf.loaded is not None:
+                return "left"  # (the mount parsed it: a walk came first)
+            try:
+                return "left" if store.files.lstat(path).st_size > MAX_BYTES else None
+            except Unreadable:
+                return "left"
+
+        pool = cls(config, size, lambda: store.session_paths()[0], held, skip)
+        pool.learn = cache.learn
+        index.share(pool.covers, pool.want_index)
+        pool.on_end = lambda: index.share(None)
+        return pool
 
     def start(self) -> None:
         """List the sessions and run the passes (in a thread: the listing is a scan of
@@ -170,7 +204,7 @@ class Pool:
                 log.exception("workers: telling their end failed")
 
     def _pass(self, phase: str, paths: list[str], size: int) -> None:
-        one = Pass(phase, paths, size)
+        one = Pass(phase, paths, self.held(phase, paths))
         with self._lock:
             self._passes[phase] = one
         feeders = [
@@ -257,9 +291,10 @@ class Pool:
                         if deaths > RESTARTS:
                             self._stop()
                         continue
+                    made = answer.get("bytes")
                     if answer.get("done") is True:
-                        if one.phase == RENDER:
-                            self.learn(path)
+                        if one.phase == RENDER and isinstance(made, int):
+                            self.learn(path, made)
                         how = "done"
                     else:
                         log.debug("workers: %s left to the mount: %s", path, answer.get("why"))
@@ -318,6 +353,28 @@ class Pool:
                     one.count(path, "left")
                 one.queue.clear()
         self._asked.set()
+
+
+def _held(
+    store: Store, cache: DiskStore, index: SearchIndex, phase: str, paths: list[str]
+) -> set[str]:
+    """The sessions of ``paths`` the store holds for ``phase`` as their files are now (one
+    read of its rows, a stat each)."""
+    entries = cache.idents() if phase == RENDER else {}
+    indexed = index.indexed() if phase == INDEX else {}
+    out = set()
+    for path in paths:
+        if path not in entries and path not in indexed:
+            continue
+        try:
+            st = store.files.lstat(path)
+        except Unreadable:
+            continue
+        if (path in indexed and indexed[path].holds(st)) or entries.get(path) == orjson.dumps(
+            file_ident(st)
+        ).decode():
+            out.add(path)
+    return out
 
 
 def _wait(event: threading.Event) -> None:

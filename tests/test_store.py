@@ -109,16 +109,18 @@ def test_a_lower_cap_at_the_next_open_trims_the_oldest(tmp_path: Path) -> None:
 
 
 def test_an_entry_another_process_wrote_is_learned(tmp_path: Path) -> None:
-    """A render worker writes an entry with its own store: the mount's learns it."""
+    """A render worker writes an entry with its own store: the mount's learns it, and the
+    identities of this root's entries by this code are read in one go."""
     mine, theirs = opened(tmp_path), opened(tmp_path)
     assert theirs.save("/s/a.jsonl", IDENT, {}, {"tree": one_file(b"tree\n")}) and theirs.settle(10)
-    assert not mine.has("/s/a.jsonl")
-    mine.learn("/s/a.jsonl")
+    other = opened(tmp_path, mark="other")
+    assert other.save("/s/b.jsonl", IDENT, {}, {"tree": one_file(b"t")}) and other.settle(10)
+    other.close()
+    size = theirs.size_of("/s/a.jsonl")
+    assert size is not None and not mine.has("/s/a.jsonl")
+    mine.learn("/s/a.jsonl", size)
     assert mine.has("/s/a.jsonl") and mine.load("/s/a.jsonl", IDENT) is not None
-    theirs.drop("/s/a.jsonl")
-    assert theirs.settle(10)
-    mine.learn("/s/a.jsonl")  # (gone again)
-    assert not mine.has("/s/a.jsonl")
+    assert mine.idents() == {"/s/a.jsonl": "[1,2,3,4,5,33188,0,0]"}
     mine.close()
     theirs.close()
 

@@ -25,7 +25,7 @@ from pisessfs.search import SearchIndex
 from pisessfs.sessions import Store
 from pisessfs.store import DiskStore, mark_for
 from pisessfs.view import View
-from pisessfs.workers import INDEX, RENDER, Config, Pool
+from pisessfs.workers import INDEX, Config, Pool
 
 from .conftest import Mount, mounted, wait_for
 from .test_disk import FROM_DISK, finished, hostile, parsed, seen, walked
@@ -204,24 +204,16 @@ def test_a_pool_renders_and_indexes_every_session_into_the_store(
     view.disk = store.disk = disk
     index: SearchIndex = view.search()
     paths = store.session_paths()[0]
-
-    def skip(path: str, phase: str) -> str | None:
-        st = store.files.lstat(path)
-        held = disk.holds(path, file_ident(st)) if phase == RENDER else index.holds(path, st)
-        return "held" if held else None
-
-    pool = Pool(Config(store.root, str(cache), 1024, mark), 2, lambda: paths, skip)
-    pool.learn = disk.learn
+    pool = Pool.of(store, disk, index, 2)
     ended: list[bool] = []
     pool.on_end = lambda: ended.append(True)
-    index.share(pool.covers, pool.want_index)
     pool.start()
     wait_for(lambda: bool(ended), 60, "the passes")
     assert "rendered in" in pool.said() and "indexed in" in pool.said()
     for path in paths:
         st = store.files.lstat(path)
         assert disk.has(path) and disk.holds(path, file_ident(st)), path
-        assert index.holds(path, st), path
+        assert index.indexed()[path].holds(st), path
         assert not pool.covers(path)  # (done: the mount's index does what changes)
     assert pool.claim(paths[0]) is None  # (no pass runs: the mount's)
     disk.close()
