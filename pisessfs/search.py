@@ -245,7 +245,7 @@ class SearchIndex:
                 self._known = self.indexed()
             was = self._known.get(path)
             st = self.lstat(path)
-            if was is None or was.ident[2:] != (st.st_size, st.st_mtime_ns):
+            if was is None or not was.holds(st):
                 self._known[path] = self._index(path, was)
 
     def flush(self) -> None:
@@ -425,11 +425,11 @@ class SearchIndex:
         """(Under the lock.) Write what is queued; with ``wait``, until it is written."""
         batch, self._batch, self._batch_bytes = self._batch, [], 0
         self._written.wait()  # (the batch before: one in the writer's queue at a time)
-        # A pause after each batch, a tenth of its time: the store has one writer at a
-        # time, and SQLite's waiters poll; a build that wrote back to back starved the
-        # render workers' saves ("database is locked" after 5 s).
-        time.sleep(self._took * REST)
         if batch:
+            # A pause between batches, a tenth of the last one's time: the store has one
+            # writer at a time, and SQLite's waiters poll; a build that wrote back to back
+            # starved the render workers' saves ("database is locked" after 5 s).
+            time.sleep(self._took * REST)
 
             def write_all(db: sqlite3.Connection) -> None:
                 started = time.monotonic()

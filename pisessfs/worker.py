@@ -37,6 +37,7 @@ from .errors import ViewError, settled
 from .inodes import Key
 from .kind import Kind
 from .naming import file_ident
+from .onefile import Conversation
 from .sessions import Store, Unreadable
 from .store import DiskStore, mark_for
 from .view import View
@@ -157,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     view = View(store)
     view.disk = store.disk = disk
+    Conversation.held_bytes = CACHE_BYTES  # (each saved at once: none packed)
     renderer = Renderer(view, disk)
     try:
         serve(renderer, sys.stdin.buffer, sys.stdout.buffer)

@@ -173,9 +173,8 @@ class Pool:
         """Where the passes are (``pisessfs status``)."""
         if self._total < 0:
             return "listing the sessions"
-        with self._lock:
-            passes = list(self._passes.values())
-        said = ", ".join(p.said(self._total) for p in passes)
+        with self._lock:  # (the feeders count under it)
+            said = ", ".join(p.said(self._total) for p in self._passes.values())
         head = "done: " if self._ended else ""
         return f"{head}{self._total:,} sessions: {said or 'starting'}"
 
@@ -184,7 +183,9 @@ class Pool:
             paths = self.order()
             with self._lock:
                 self._given, self._total = set(paths), len(paths)
-            render = threading.Thread(target=self._pass, args=(RENDER, paths, self.size))
+            render = threading.Thread(
+                target=self._pass, args=(RENDER, paths, self.size), name="render", daemon=True
+            )
             render.start()
             while render.is_alive() and not self._asked.wait(0.1):
                 pass
