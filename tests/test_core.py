@@ -461,10 +461,10 @@ def test_a_big_conversation_is_held_in_part_and_reads_the_same_anywhere(
         proj = v.lookup(1, "home-x").ino
         return v.lookup(v.lookup(proj, v.children(proj)[0][0]).ino, "conversation.md").ino
 
-    monkeypatch.setattr(onefile, "HELD_BYTES", 1 << 40)
+    monkeypatch.setattr(onefile.Conversation, "held_bytes", 1 << 40)
     ref = Driven(Store(str(tmp_path)))
     whole = ref.content(opened(ref))  # made once, all of it held
-    monkeypatch.setattr(onefile, "HELD_BYTES", 256 << 10)
+    monkeypatch.setattr(onefile.Conversation, "held_bytes", 256 << 10)
     monkeypatch.setattr(onefile, "PACKED_BYTES", packed)
     v = Driven(Store(str(tmp_path)))
     ino = opened(v)

@@ -655,7 +655,7 @@ def test_a_big_conversation_no_one_holds_whole_is_saved_whole(
     here: the real ones need a session of hundreds of MB.)"""
     from pisessfs import onefile
 
-    monkeypatch.setattr(onefile, "HELD_BYTES", 64 << 10)
+    monkeypatch.setattr(onefile.Conversation, "held_bytes", 64 << 10)
     monkeypatch.setattr(onefile, "PACKED_BYTES", 0)
     root, path = _one_session(tmp_path, messages=2000)
     store, v, c = _view_on(root, tmp_path / "cache")
