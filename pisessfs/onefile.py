@@ -146,7 +146,7 @@ class Conversation:
 
     #: Bytes of made groups held (:data:`HELD_BYTES`). A render worker holds them all: it
     #: saves the session at once and lets it go, so packing them only to unpack them for
-    #: the store was a tenth of its time.
+    #: the store was a sixth of its render.
     held_bytes = HELD_BYTES
 
     def __init__(self) -> None:
