@@ -147,11 +147,17 @@ class Appender:
             log.warning("append helper: %s; writing in-process until another one runs", why)
 
 
-def _start() -> tuple[socket.socket, subprocess.Popen[bytes]]:
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+def package_env() -> dict[str, str]:
+    """The environment of a helper process of the package (``python -m pisessfs.…``: this
+    one, the watchdog, the render workers): this one's, with the package importable."""
     package_parent = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, env.get("PYTHONPATH")]))
+    return env
+
+
+def _start() -> tuple[socket.socket, subprocess.Popen[bytes]]:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "pisessfs.appender", "--fd", str(theirs.fileno())],
@@ -160,7 +166,7 @@ def _start() -> tuple[socket.socket, subprocess.Popen[bytes]]:
             pass_fds=(theirs.fileno(),),
             start_new_session=True,  # not in the terminal's process group: no Ctrl-C
             cwd="/",
-            env=env,
+            env=package_env(),
         )
     except BaseException:
         ours.close()

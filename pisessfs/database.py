@@ -335,6 +335,10 @@ def in_memory(lock: threading.RLock) -> sqlite3.Connection:
 
 @contextlib.contextmanager
 def transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction; within one already open, that one (its owner commits it)."""
+    if db.in_transaction:
+        yield
+        return
     db.execute("BEGIN IMMEDIATE")
     try:
         yield

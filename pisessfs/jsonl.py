@@ -494,13 +494,10 @@ class Parser:
             pending = b""
             line += 1
             self.lines = line  # (the slow path reads it)
-            if each is None:
-                if not fast(raw, line, start, pos - 1):
-                    self._line(raw, line, start, pos - 1)
-            else:
-                made = len(entries)
-                if not fast(raw, line, start, pos - 1):
-                    self._line(raw, line, start, pos - 1)
+            made = len(entries) if each is not None else 0
+            if not fast(raw, line, start, pos - 1):
+                self._line(raw, line, start, pos - 1)
+            if each is not None:
                 each(raw, entries[-1] if len(entries) > made else None)
             at = nl + 1
         tail = pending + data[at:] if pending else data[at:]

@@ -406,8 +406,7 @@ class DiskStore:
         return path in self._sizes
 
     def size_of(self, path: str) -> int | None:
-        with self._lock:
-            return self._sizes.get(path)
+        return self._sizes.get(path)  # (a dict's get: no lock needed)
 
     def learn(self, path: str, size: int) -> None:
         """Another process (a render worker) wrote the entry of ``path``, ``size`` bytes."""
@@ -620,7 +619,7 @@ class DiskStore:
                 self._waiting -= item.raw
         if stored is not None:
             self.saved += 1
-            self._do(db, _Do(self._trim, "trim"))
+            self._trim(db)
             if item.saved is not None:
                 item.saved(stored)
 
@@ -664,7 +663,7 @@ class DiskStore:
         return where, total
 
     def _trim(self, db: sqlite3.Connection) -> None:
-        """(In a transaction.) Remove the oldest entries until all fit under the cap."""
+        """Remove the oldest entries past the cap (in a transaction only when there are)."""
         with self._lock:
             total = self._sizes.total + self.names.bytes
         if total <= self.cap:
@@ -677,7 +676,8 @@ class DiskStore:
             total -= size
             out.append(_path(key))
         self._void(out)
-        _delete(db, out)
+        with _transaction(db):
+            _delete(db, out)
 
     # -- pruning ----------------------------------------------------------------------------
 

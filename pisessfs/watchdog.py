@@ -24,9 +24,9 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 from . import mountpoint
+from .appender import package_env
 
 log = logging.getLogger("pisessfs.watchdog")
 
@@ -58,9 +58,6 @@ def start(mnt: str, log_file: str | None = None) -> Guard:
     if here is None:
         raise LookupError(f"{mnt} is not in {mountpoint.MOUNTINFO}")
     read_end, write_end = os.pipe()  # both close-on-exec: no other child inherits them
-    package_parent = str(Path(__file__).resolve().parent.parent)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "pisessfs.watchdog", "--fd", str(read_end)]
     cmd += ["--mount-id", str(here.mount_id), "--dev", here.dev, "--type", here.fstype]
     cmd += ["--pid", str(os.getpid())]
@@ -73,7 +70,7 @@ def start(mnt: str, log_file: str | None = None) -> Guard:
             pass_fds=(read_end,),
             start_new_session=True,
             cwd="/",
-            env=env,
+            env=package_env(),
         )
     except BaseException:
         os.close(write_end)

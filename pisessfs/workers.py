@@ -38,10 +38,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import orjson
 
+from .appender import package_env
 from .naming import file_ident
 from .search import SearchIndex
 from .sessions import Store, Unreadable
@@ -292,13 +292,7 @@ class Pool:
                         if deaths > RESTARTS:
                             self._stop()
                         continue
-                    made = answer.get("bytes")
-                    if answer.get("done") is True:
-                        if one.phase == RENDER and isinstance(made, int):
-                            self.learn(path, made)
-                        how = "done"
-                    else:
-                        log.debug("workers: %s left to the mount: %s", path, answer.get("why"))
+                    how = self._answered(one, path, answer)
                 except OSError as err:
                     log.warning("workers: no worker could be started (%s); the mount renders", err)
                     self._stop()
@@ -308,10 +302,18 @@ class Pool:
             if proc is not None:
                 self._reap(proc, FINISH)
 
+    def _answered(self, one: Pass, path: str, answer: dict[str, object]) -> str:
+        """What a worker's answer for ``path`` says: "done" (a render's entry is told to the
+        store), or "left" to the mount."""
+        if answer.get("done") is not True:
+            log.debug("workers: %s left to the mount: %s", path, answer.get("why"))
+            return "left"
+        made = answer.get("bytes")
+        if one.phase == RENDER and isinstance(made, int):
+            self.learn(path, made)
+        return "done"
+
     def _spawn(self) -> subprocess.Popen[bytes]:
-        env = dict(os.environ)
-        package_parent = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, env.get("PYTHONPATH")]))
         proc = subprocess.Popen(
             self.config.argv(),
             stdin=subprocess.PIPE,
@@ -319,7 +321,7 @@ class Pool:
             close_fds=True,
             start_new_session=True,  # not in the terminal's process group: no Ctrl-C
             cwd="/",
-            env=env,
+            env=package_env(),
         )
         with self._lock:
             self._procs.append(proc)
@@ -361,20 +363,22 @@ def _held(
 ) -> set[str]:
     """The sessions of ``paths`` the store holds for ``phase`` as their files are now (one
     read of its rows, a stat each)."""
-    entries = cache.idents() if phase == RENDER else {}
-    indexed = index.indexed() if phase == INDEX else {}
+    if phase == RENDER:
+        entries = cache.idents()  # (each file's identity, as JSON)
+
+        def holds(path: str, st: os.stat_result) -> bool:
+            return entries.get(path) == orjson.dumps(file_ident(st)).decode()
+    else:
+        indexed = index.indexed()
+
+        def holds(path: str, st: os.stat_result) -> bool:
+            return path in indexed and indexed[path].holds(st)
+
     out = set()
     for path in paths:
-        if path not in entries and path not in indexed:
-            continue
-        try:
-            st = store.files.lstat(path)
-        except Unreadable:
-            continue
-        if (path in indexed and indexed[path].holds(st)) or entries.get(path) == orjson.dumps(
-            file_ident(st)
-        ).decode():
-            out.add(path)
+        with contextlib.suppress(Unreadable):
+            if holds(path, store.files.lstat(path)):
+                out.add(path)
     return out
 
 

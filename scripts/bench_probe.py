@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -21,23 +22,21 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-PY = REPO / ".venv" / "bin" / "python"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib as b  # the shared helpers: mounts, dropping caches
 
 
 def one(sessions: Path, workers: int | None, tmp: Path) -> str:
-    mnt, cache = tmp / "mnt", tmp / "cache"
-    mnt.mkdir(exist_ok=True)
-    subprocess.run(["rm", "-rf", str(cache)], check=True)
-    subprocess.run("sync; echo 3 > /proc/sys/vm/drop_caches", shell=True, check=True)
-    extra = [] if workers is None else ["--workers", str(workers)]
-    argv = [str(PY), "-m", "pisessfs.cli", "mount", "-f", "--sessions", str(sessions)]
-    argv += ["--disk-cache", str(cache), "--log", str(tmp / "mount.log"), *extra, str(mnt)]
-    daemon = subprocess.Popen(argv, cwd=REPO)
+    m = b.Mount("mount", sessions, tmp / "mnt", tmp / "mount.log")
+    shutil.rmtree(tmp / "cache", ignore_errors=True)
+    m.extra = ["--disk-cache", str(tmp / "cache")]
+    m.extra += [] if workers is None else ["--workers", str(workers)]
+    m.start()
     try:
-        while not os.path.ismount(mnt):
-            time.sleep(0.05)
-        project = next(p for p in sorted(mnt.iterdir()) if p.is_dir())
+        why = b.drop_caches()
+        if why:
+            raise SystemExit(f"bench_probe: {why}")
+        project = next(p for p in sorted(m.mnt.iterdir()) if p.is_dir())
         took: list[float] = []
         done = threading.Event()
 
@@ -52,13 +51,12 @@ def one(sessions: Path, workers: int | None, tmp: Path) -> str:
         prober = threading.Thread(target=probe)
         prober.start()
         t = time.perf_counter()
-        subprocess.run(f"grep -r timeout '{mnt}' | cat > /dev/null", shell=True, check=True)
+        subprocess.run(f"grep -r timeout '{m.mnt}' | cat > /dev/null", shell=True, check=True)
         walk = time.perf_counter() - t
         done.set()
         prober.join()
     finally:
-        subprocess.run([str(PY), "-m", "pisessfs.cli", "umount", str(mnt)], cwd=REPO)
-        daemon.wait()
+        m.stop()
     took.sort()
     over = sum(x > 50 for x in took)
     return (
@@ -74,9 +72,6 @@ def main() -> int:
     p.add_argument("--workers", type=int, help="the daemon's --workers (default: its own)")
     p.add_argument("--runs", type=int, default=1)
     args = p.parse_args()
-    if not os.access("/proc/sys/vm/drop_caches", os.W_OK):
-        print("bench_probe: needs root (drop_caches)", file=sys.stderr)
-        return 2
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="pisessfs-probe-") as tmp:
         for _ in range(args.runs):
             print(one(args.sessions, args.workers, Path(tmp)), flush=True)

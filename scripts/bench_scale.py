@@ -179,18 +179,12 @@ def _logged(m: b.Mount, since: int, *words: str, timeout: float = 900) -> str:
     raise RuntimeError(f"no line with {words} in {m.logfile} after {timeout:.0f} s")
 
 
-def _warm_up(m: b.Mount, since: int, timeout: float = 3600) -> str:
+def _warm_up(m: b.Mount, since: int) -> str:
     """The daemon's "warm-up: ..." line after byte ``since`` of its log, once the daemon is
     done with it (it drops what is past the cap ``--cache-idle`` seconds later)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = m.logfile.read_bytes()[since:].decode(errors="replace")
-        line = next((ln for ln in text.splitlines() if "warm-up" in ln), None)
-        if line is not None:
-            time.sleep(6)  # (the default --cache-idle, and a little)
-            return line.partition("warm-up")[2].lstrip(": ")
-        time.sleep(0.5)
-    raise RuntimeError(f"no warm-up line in {m.logfile} after {timeout:.0f} s")
+    said = _logged(m, since, "warm-up", timeout=3600)
+    time.sleep(6)  # (the default --cache-idle, and a little)
+    return said.lstrip(": ")
 
 
 def hits(word: str, raw: Path, mnt: Path) -> dict[str, int]:

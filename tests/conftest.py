@@ -192,6 +192,42 @@ def copies(tmp_path: Path) -> Path:
     return root
 
 
+H1 = "2026-03-02T09-14-06-120Z_h1"  # a hostile session's file stem
+
+
+@pytest.fixture
+def corpus(sessions: Path) -> Path:
+    """The fixture sessions and a hostile one (``hostile``), safe to modify."""
+    hostile(sessions)
+    return sessions
+
+
+def hostile(root: Path) -> None:
+    """A session whose ids and names hold what JSON and file names may: lone surrogates,
+    ``..``, ``/``, ``x.md``, and a file name that is not UTF-8."""
+    folder = root / "--hostile--"
+    folder.mkdir()
+    head = {"type": "session", "version": 3, "id": "h0", "timestamp": "2026-03-02T09:14:05.120Z"}
+    rows = [head]
+    parent = None
+    for n, eid in enumerate(["..", "a/b", "x.md", "\ud83d", "\udcff-x", "ok"]):
+        text = f"hostile {n} \ud800 needle"
+        rows.append(
+            {
+                "type": "message",
+                "id": eid,
+                "parentId": parent,
+                "timestamp": f"2026-03-02T09:14:0{n}.000Z",
+                "message": {"role": "user" if n % 2 == 0 else "assistant", "content": text},
+            }
+        )
+        parent = eid
+    for stem, sid in ((os.fsdecode(b"2026-03-02T09-14-05-120Z_h\xff"), "h0"), (H1, "h1")):
+        rows[0]["id"] = sid
+        data = "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8", "surrogatepass")
+        (folder / f"{stem}.jsonl").write_bytes(data)
+
+
 # -- real mounts -------------------------------------------------------------------------------
 
 

@@ -33,14 +33,13 @@ from pisessfs.store import DiskStore
 from pisessfs.view import Key, NotFound
 from tests.driven import Driven
 
-from .conftest import Mount, drop_caches, mounted, named, need, wait_for
+from .conftest import H1, Mount, drop_caches, mounted, named, need, wait_for
 from .test_lifecycle_status import status_json
 
 pytestmark = pytest.mark.fuse  # real mounts (tests/conftest.py: the tiers)
 
 PARSED = "whole ("  # sessions.py: "read <path> whole (<n> bytes)"
 FROM_DISK = "answers from the disk cache"
-H1 = "2026-03-02T09-14-06-120Z_h1"  # a hostile session's file stem
 
 
 def seen(top: Path) -> dict[str, tuple[object, ...]]:
@@ -119,32 +118,6 @@ def kept_names(cache: Path) -> set[str]:
     return {bytes(p).decode("utf-8", "surrogatepass") for (p,) in rows}
 
 
-def hostile(root: Path) -> None:
-    """A session whose ids and names hold what JSON and file names may: lone surrogates,
-    ``..``, ``/``, ``x.md``, and a file name that is not UTF-8."""
-    folder = root / "--hostile--"
-    folder.mkdir()
-    head = {"type": "session", "version": 3, "id": "h0", "timestamp": "2026-03-02T09:14:05.120Z"}
-    rows = [head]
-    parent = None
-    for n, eid in enumerate(["..", "a/b", "x.md", "\ud83d", "\udcff-x", "ok"]):
-        text = f"hostile {n} \ud800 needle"
-        rows.append(
-            {
-                "type": "message",
-                "id": eid,
-                "parentId": parent,
-                "timestamp": f"2026-03-02T09:14:0{n}.000Z",
-                "message": {"role": "user" if n % 2 == 0 else "assistant", "content": text},
-            }
-        )
-        parent = eid
-    for stem, sid in ((os.fsdecode(b"2026-03-02T09-14-05-120Z_h\xff"), "h0"), (H1, "h1")):
-        rows[0]["id"] = sid
-        data = "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8", "surrogatepass")
-        (folder / f"{stem}.jsonl").write_bytes(data)
-
-
 def damaged(cache: Path, path: str, answers: bytes | None = None, files: str = "") -> None:
     """Give ``path``'s entry other ``answers`` (its size said right), or other ``files``,
     keeping the database sound."""
@@ -168,12 +141,6 @@ def answers_of(cache: Path, path: str) -> Any:
         row = db.execute("SELECT data FROM chunks WHERE id = ?", (text * store.CHUNKS,))
         (data,) = row.fetchone()
     return orjson.loads(data)
-
-
-@pytest.fixture
-def corpus(sessions: Path) -> Path:
-    hostile(sessions)
-    return sessions
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from pisessfs.view import View
 from pisessfs.workers import INDEX, Config, Pool
 
 from .conftest import Mount, mounted, wait_for
-from .test_disk import FROM_DISK, finished, hostile, parsed, seen, walked
+from .test_disk import FROM_DISK, finished, parsed, seen, walked
 from .test_lifecycle_status import status_json
 
 #: The log's line at the passes' end: sessions, and how many the render pass left to the mount
@@ -47,12 +47,6 @@ def found(top: Path, query: str) -> tuple[str, set[str]]:
     page = (top / "search" / f"{query}.md").read_text()
     folder = top / "search" / query
     return page.splitlines()[0], {os.readlink(folder / n) for n in os.listdir(folder)}
-
-
-@pytest.fixture
-def corpus(sessions: Path) -> Path:
-    hostile(sessions)  # (ids and file names that are not UTF-8, links that are not)
-    return sessions
 
 
 @pytest.mark.fuse
