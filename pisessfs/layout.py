@@ -45,6 +45,15 @@ HEADS_INLINE = 8  # new session files whose heads are read on the loop; more: in
 # -- folders --------------------------------------------------------------------------------
 
 
+def _heads_first(v: View, missing: list[str]) -> Work | None:
+    """The heads of ``missing`` read before a listing names their sessions: a few on the
+    loop (the listing reads them; the kernel reads them ahead), more in a thread."""
+    if len(missing) <= HEADS_INLINE:
+        v.store.prefetch(missing)
+        return None
+    return lambda: v.store.read_heads(missing)
+
+
 class Root(NodeKind):
     """The sessions root: project folders, and flat session files as sessions."""
 
@@ -72,12 +81,12 @@ class Root(NodeKind):
 
     def prepare(self, v: View, key: Key) -> Work | None:
         # Naming its sessions reads the head of each new file: for a folder of a thousand
-        # new sessions, seconds of reads, made off the loop.
+        # new sessions, seconds of reads, made off the loop. The root's ``latest`` names the
+        # newest session: the heads of its folder too (once the root's own are read).
         missing = v.store.heads_missing(key.path or v.store.root)
-        if len(missing) <= HEADS_INLINE:
-            v.store.prefetch(missing)  # (the listing reads them on the loop)
-            return None
-        return lambda: v.store.read_heads(missing)
+        if len(missing) <= HEADS_INLINE and key.kind == Kind.ROOT:
+            return v.store.newest_work() or _heads_first(v, missing + v.store.latest_unnamed())
+        return _heads_first(v, missing)
 
     def attr(self, v: View, ino: int, key: Key) -> Attr:
         # From stat alone: listing a project parses nothing. Who may move a session file out
@@ -480,6 +489,10 @@ class Latest(_FreeLink):
     (``<project>/<session>``, or a session lying in the root itself)."""
 
     name = Kind.LATEST
+
+    def prepare(self, v: View, key: Key) -> Work | None:
+        # (the newest found and its folder named off the loop)
+        return v.store.newest_work() or _heads_first(v, v.store.latest_unnamed())
 
     def target(self, v: View, key: Key) -> bytes:
         target = v.store.latest()

@@ -431,6 +431,7 @@ class Store:
         self.answers = Kept(cap=max(int(cache_bytes * ANSWERS_SHARE), ANSWERS_FLOOR))
         self.disk: DiskStore | None = None  # the store (``store``)
         self._latest: tuple[float, str | None] | None = None  # when found, and where
+        self._newest_memo: tuple[float, list[tuple[Listing, str]]] | None = None
 
     def _kept_heads(self) -> dict[str, list[Any]]:
         return self.disk.names.heads if self.disk is not None else {}
@@ -608,13 +609,59 @@ class Store:
         """Where the session whose file changed last is, from the root: ``<project>/<session>``
         by their folders' names (or ``<session>``, for one lying in the root). Found again
         after :data:`LATEST_FRESH` or a change the watcher saw: it stats every session, and
-        a walk asks for it at every listing of the root (1.5 s of a first walk of 5,000)."""
+        a walk asks for it at every listing of the root (1.5 s of a first walk of 5,000).
+        Only the folder of the newest is named: naming reads each session's head, and
+        reading every head of a year of sessions held the loop for seconds."""
         memo = self._latest
         if memo is not None and time.monotonic() - memo[0] < LATEST_FRESH:
             return memo[1]
-        found = _find_latest(self)
+        found = self._named(self._newest())
         self._latest = (time.monotonic(), found)
         return found
+
+    def latest_unnamed(self) -> list[str]:
+        """The session files whose heads :meth:`latest` would read to name the newest one
+        (read them off the loop first: ``layout``)."""
+        folders = {item.path for item, _ in self._newest() if not item.is_session}
+        return [p for f in sorted(folders) for p in self.heads_missing(f)]
+
+    def newest_work(self) -> Work | None:
+        """Blocking work that finds the newest session files again (a stat of every session:
+        5,000 of them, on a cold disk, held the loop for a tenth of a second), or None when
+        what was found is fresh (:data:`LATEST_FRESH`)."""
+        if self._newest_fresh() is not None:
+            return None
+        items = self.top()  # (on the loop: the listings are its own)
+        return lambda: self._found(_find_newest(self, items))
+
+    def _newest(self) -> list[tuple[Listing, str]]:
+        """The session files changed last (all of them, when several were at once), each
+        with the item of the root it is in (itself, or its project folder): stats only."""
+        fresh = self._newest_fresh()
+        return fresh if fresh is not None else self._found(_find_newest(self, self.top()))
+
+    def _newest_fresh(self) -> list[tuple[Listing, str]] | None:
+        memo = self._newest_memo
+        if memo is not None and time.monotonic() - memo[0] < LATEST_FRESH:
+            return memo[1]
+        return None
+
+    def _found(self, newest: list[tuple[Listing, str]]) -> list[tuple[Listing, str]]:
+        self._newest_memo = (time.monotonic(), newest)
+        return newest
+
+    def _named(self, newest: list[tuple[Listing, str]]) -> str | None:
+        """The greatest of the shown paths of ``newest`` (each one's name in its folder)."""
+        shown = []
+        for item, path in newest:
+            if item.is_session:
+                shown.append(item.name)
+                continue
+            with contextlib.suppress(Unreadable):  # (gone since: the others are)
+                names = {i.path: i.name for i in self.sessions_in(item.path)}
+                if path in names:
+                    shown.append(f"{item.name}/{names[path]}")
+        return max(shown, default=None)
 
     def changed(self, path: str) -> None:
         """Session file ``path`` changed (the watcher says so): its entry in the store and
@@ -673,7 +720,7 @@ class Store:
 
     def _tell(self, path: str | None) -> None:
         """Session file ``path`` (None: any) changed, came or went: the watchers are told."""
-        self._latest = None
+        self._latest = self._newest_memo = None
         for told in self.watchers:
             told(path)
 
@@ -812,15 +859,22 @@ def _is_session_name(name: str) -> bool:
     return name.endswith(".jsonl") and len(name) > len(".jsonl")
 
 
-def _find_latest(store: Store) -> str | None:
-    """Where the session whose file changed last is (``Store.latest``)."""
-    best: tuple[int, str] | None = None
-    for item in store.top():
-        where = [item] if item.is_session else store.sessions_in(item.path)
-        folder = os.path.dirname(item.path) if item.is_session else item.path
-        found = {os.path.basename(i.path): i for i in where}
-        for name, st in store.files.lstats(folder, list(found)).items():
-            shown = found[name].name if item.is_session else f"{item.name}/{found[name].name}"
-            if best is None or (st.st_mtime_ns, shown) > best:
-                best = (st.st_mtime_ns, shown)
-    return best[1] if best is not None else None
+def _find_newest(store: Store, items: list[Listing]) -> list[tuple[Listing, str]]:
+    """The session files changed last (``Store._newest``) of the root's ``items``."""
+    best = -1
+    found: list[tuple[Listing, str]] = []
+    for item in items:
+        if item.is_session:
+            folder, names = os.path.dirname(item.path), [os.path.basename(item.path)]
+        else:
+            folder = item.path
+            try:
+                names = [e.name for e in store._session_files(folder)]
+            except Unreadable:
+                continue
+        for name, st in store.files.lstats(folder, names).items():
+            if st.st_mtime_ns > best:
+                best, found = st.st_mtime_ns, []
+            if st.st_mtime_ns == best:
+                found.append((item, os.path.join(folder, name)))
+    return found

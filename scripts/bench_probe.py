@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Other requests during a first walk: a fresh daemon on an empty cache folder, the page
-cache dropped, a cold ``grep -r`` piped, and meanwhile one ``getxattr`` of a project folder
-every 20 ms (a request the daemon answers itself, about no session): how long each took.
+cache dropped, a cold ``grep -r`` piped, and meanwhile one ``getxattr`` of the mount's root
+every 20 ms from before the walk's first listing (a request the daemon answers itself, about
+no session; the kernel caches no answer of it): how long each took.
 
     scripts/bench_probe.py SESSIONS [--workers N] [--runs N]
 
@@ -36,7 +37,6 @@ def one(sessions: Path, workers: int | None, tmp: Path) -> str:
         why = b.drop_caches()
         if why:
             raise SystemExit(f"bench_probe: {why}")
-        project = next(p for p in sorted(m.mnt.iterdir()) if p.is_dir())
         took: list[float] = []
         done = threading.Event()
 
@@ -44,7 +44,7 @@ def one(sessions: Path, workers: int | None, tmp: Path) -> str:
             while not done.is_set():
                 t = time.perf_counter()
                 with contextlib.suppress(OSError):
-                    os.getxattr(project, "user.pi.cwd")
+                    os.getxattr(m.mnt, "user.pi.probe")  # (none: ENODATA)
                 took.append((time.perf_counter() - t) * 1000)
                 time.sleep(0.02)
 

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ import pytest
 
 from pisessfs.model import CONVERSATION_TYPES
 from pisessfs.names import id_name
-from tests.conftest import Mount, pi
+from tests.conftest import Mount, mounted, pi, wait_for
+from tests.test_workers import DONE, workers_done
 
 pytestmark = [pytest.mark.fuse, pytest.mark.pi]  # real mounts and the real Pi (conftest: tiers)
 
@@ -55,9 +57,25 @@ def real_file(folder: Path) -> Path:
     return Path(os.getxattr(folder, "user.pi.file").decode())
 
 
-def test_every_leaf_folder_matches_pis_branch(mount: Mount, tmp_path: Path) -> None:
+@pytest.fixture(params=["in the mount", "by workers"])
+def served(request: pytest.FixtureRequest, sessions: Path) -> Iterator[Mount]:
+    """The fixture sessions mounted, as a first walk meets them: rendered by the mount
+    itself, or by its render workers (every session then answered from what they saved in
+    the store, as a later mount answers them)."""
+    workers = "2" if request.param == "by workers" else "0"
+    with mounted(sessions, "--workers", workers) as m:
+        if workers != "0":
+            wait_for(lambda: workers_done(m), 60, "the workers' passes")
+            done = DONE.search(m.log_text())
+            assert done is not None and done.group(2) == "0", m.log_text()  # none left
+        yield m
+    assert m.proc.returncode == 0, "mount did not exit cleanly:\n" + m.log_text()
+    assert "Traceback" not in m.log_text(), m.log_text()
+
+
+def test_every_leaf_folder_matches_pis_branch(served: Mount, tmp_path: Path) -> None:
     checked = 0
-    for folder in session_folders(mount):
+    for folder in session_folders(served):
         oracle = ask_pi(real_file(folder), tmp_path)
         doc = json.loads((folder / "session.json").read_text())
         if doc["version"] in (2, 3):
