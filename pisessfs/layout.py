@@ -45,13 +45,13 @@ HEADS_INLINE = 8  # new session files whose heads are read on the loop; more: in
 # -- folders --------------------------------------------------------------------------------
 
 
-def _heads_first(v: View, missing: list[str]) -> Work | None:
-    """The heads of ``missing`` read before a listing names their sessions: a few on the
-    loop (the listing reads them; the kernel reads them ahead), more in a thread."""
-    if len(missing) <= HEADS_INLINE:
-        v.store.prefetch(missing)
-        return None
-    return lambda: v.store.read_heads(missing)
+def _heads_first(v: View, missing: list[str], listed: list[str]) -> Work | None:
+    """Before a folder's listing is made: the kernel reads the store's entries of its
+    sessions ``listed`` ahead (a walk reads them next, whether or not their heads were read
+    already), and the heads of ``missing`` are read, a few on the loop (by the listing), more
+    in a thread."""
+    v.store.prefetch(listed)
+    return None if len(missing) <= HEADS_INLINE else lambda: v.store.read_heads(missing)
 
 
 class Root(NodeKind):
@@ -83,10 +83,13 @@ class Root(NodeKind):
         # Naming its sessions reads the head of each new file: for a folder of a thousand
         # new sessions, seconds of reads, made off the loop. The root's ``latest`` names the
         # newest session: the heads of its folder too (once the root's own are read).
-        missing = v.store.heads_missing(key.path or v.store.root)
+        listed, missing = v.store.unlisted(key.path or v.store.root)
         if len(missing) <= HEADS_INLINE and key.kind == Kind.ROOT:
-            return v.store.newest_work() or _heads_first(v, missing + v.store.latest_unnamed())
-        return _heads_first(v, missing)
+            # (the newest's folder: its heads; its entries are read ahead when it is listed)
+            return v.store.newest.work() or _heads_first(
+                v, missing + v.store.newest.unnamed(), listed
+            )
+        return _heads_first(v, missing, listed)
 
     def attr(self, v: View, ino: int, key: Key) -> Attr:
         # From stat alone: listing a project parses nothing. Who may move a session file out
@@ -492,10 +495,10 @@ class Latest(_FreeLink):
 
     def prepare(self, v: View, key: Key) -> Work | None:
         # (the newest found and its folder named off the loop)
-        return v.store.newest_work() or _heads_first(v, v.store.latest_unnamed())
+        return v.store.newest.work() or _heads_first(v, v.store.newest.unnamed(), [])
 
     def target(self, v: View, key: Key) -> bytes:
-        target = v.store.latest()
+        target = v.store.newest.latest()
         if target is None:
             raise NotFound(key)
         return target.encode("utf-8", "surrogateescape")
