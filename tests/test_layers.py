@@ -48,7 +48,6 @@ ORDER = [
     "inodes",
     "errors",
     "sessions",
-    "newest",
     "naming",
     "kept",
     "loaded",
