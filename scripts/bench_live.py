@@ -110,6 +110,33 @@ def _append_cost(m: Mount, folder: Path, session_file: Path, count: int) -> floa
     return (cpu_seconds(m.pid) - cpu0) * 1000 / count
 
 
+def pi_appends(folder: Path, session_file: Path, count: int) -> list[float]:
+    """The real Pi appends ``count`` messages to ``session_file``, 150 ms apart; ms until the
+    mount's session folder ``folder`` showed each as ``current`` (inf: not within 2 s)."""
+    wanted: dict[str, float] = {}
+    seen: dict[str, float] = {}
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch, args=(folder, wanted, seen, stop), daemon=True)
+    watcher.start()
+    node = subprocess.Popen(
+        ["node", str(LIVE_JS), str(session_file), str(count), "150"],
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+        env=ENV,
+    )
+    assert node.stdout is not None
+    for raw in node.stdout:
+        item = orjson.loads(raw)
+        wanted[item["id"]] = item["t"]
+    node.wait()
+    deadline = time.monotonic() + 2  # the target's bound is 1 s: give up after 2
+    while not all(i in seen for i in wanted) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    watcher.join()
+    return [seen[i] - t if i in seen else float("inf") for i, t in wanted.items()]
+
+
 def visible_latency(
     sessions: Path, session_file: Path, tmp: Path, count: int, tag: str
 ) -> dict[str, Any]:
@@ -122,30 +149,9 @@ def visible_latency(
         folder = mnt / rel / session_file.stem if rel else mnt / session_file.stem
         os.listdir(folder / "leaves")  # entered: parsed before Pi writes
         cost = _append_cost(m, folder, session_file, count)
-        wanted: dict[str, float] = {}
-        seen: dict[str, float] = {}
-        stop = threading.Event()
-        watcher = threading.Thread(target=_watch, args=(folder, wanted, seen, stop), daemon=True)
-        watcher.start()
-        node = subprocess.Popen(
-            ["node", str(LIVE_JS), str(session_file), str(count), "150"],
-            stdout=subprocess.PIPE,
-            cwd=ROOT,
-            env=ENV,
-        )
-        assert node.stdout is not None
-        for raw in node.stdout:
-            item = orjson.loads(raw)
-            wanted[item["id"]] = item["t"]
-        node.wait()
-        deadline = time.monotonic() + 2  # the target's bound is 1 s: give up after 2
-        while not all(i in seen for i in wanted) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        stop.set()
-        watcher.join()
+        lat = pi_appends(folder, session_file, count)
     finally:
         m.stop()
-    lat = [seen[i] - t if i in seen else float("inf") for i, t in wanted.items()]
     return {
         "runs_ms": lat,
         "median_ms": median(lat),

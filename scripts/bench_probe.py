@@ -26,11 +26,9 @@ import threading
 import time
 from pathlib import Path
 
-import orjson
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib as b  # the shared helpers: mounts, dropping caches
-from bench_live import LIVE_JS, RECIPE, _watch
+from bench_live import RECIPE, pi_appends
 
 LIVE = "--live--"  # the project folder of the session Pi appends to (--pi)
 
@@ -104,27 +102,7 @@ def live(sessions: Path, mnt: Path, appends: int) -> str:
     real = next((sessions / LIVE).glob("*.jsonl"))
     folder = mnt / LIVE.strip("-") / real.stem  # (the stem: a link to the session's name)
     os.listdir(folder / "leaves")  # entered: parsed (or taken from a worker) before Pi writes
-    wanted: dict[str, float] = {}
-    seen: dict[str, float] = {}
-    stop = threading.Event()
-    watcher = threading.Thread(target=_watch, args=(folder, wanted, seen, stop), daemon=True)
-    watcher.start()
-    node = subprocess.run(
-        ["node", str(LIVE_JS), str(real), str(appends), "150"],
-        capture_output=True,
-        cwd=b.ROOT,
-        env=b.ENV,
-        check=True,
-    )
-    for raw in node.stdout.splitlines():
-        item = orjson.loads(raw)
-        wanted[item["id"]] = item["t"]
-    deadline = time.monotonic() + 2  # (the bound is 100 ms: 2 s is a miss)
-    while not all(i in seen for i in wanted) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    stop.set()
-    watcher.join()
-    lat = sorted(seen[i] - t if i in seen else float("inf") for i, t in wanted.items())
+    lat = sorted(pi_appends(folder, real, appends))
     return (
         f"; Pi's {len(lat)} appends shown after: median {statistics.median(lat):.1f} ms, "
         f"max {lat[-1]:.1f} ms, over 100 ms: {sum(x > 100 for x in lat)}"

@@ -48,13 +48,12 @@ def digest(view: View, path: str) -> str:
         for name, a in sorted(settled(view.children, ino)):
             shown = where + b"/" + os.fsencode(name)
             h.update(b"%s\0%o\0%d\0" % (shown, a.mode, a.size))
-            settled(view.ready, a.ino, False, False, set())
             if stat.S_ISDIR(a.mode):
-                todo.append((shown, a.ino))
-            elif stat.S_ISLNK(a.mode):
-                h.update(settled(view.readlink, a.ino))
-            else:
-                h.update(settled(view.content, a.ino))
+                todo.append((shown, a.ino))  # (made ready when it is listed)
+                continue
+            settled(view.ready, a.ino, False, False, set())
+            read = view.readlink if stat.S_ISLNK(a.mode) else view.content
+            h.update(settled(read, a.ino))
     leaving = view.store.leaving(path)  # (one session held at a time, as a worker does)
     if leaving is not None:
         view.store.let_go(leaving)
@@ -63,7 +62,7 @@ def digest(view: View, path: str) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("sessions", help="a sessions folder (copied: nothing is written to it)")
+    ap.add_argument("sessions", help="a sessions folder (only read: nothing is written to it)")
     ap.add_argument("--every", type=int, default=1, help="every N-th session only")
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR)  # (each problem of a file is logged: not here)

@@ -19,6 +19,7 @@ import pytest
 from pisessfs.model import CONVERSATION_TYPES
 from pisessfs.names import id_name
 from tests.conftest import Mount, mounted, pi, wait_for
+from tests.test_disk import finished
 from tests.test_workers import DONE, workers_done
 
 pytestmark = [pytest.mark.fuse, pytest.mark.pi]  # real mounts and the real Pi (conftest: tiers)
@@ -69,8 +70,7 @@ def served(request: pytest.FixtureRequest, sessions: Path) -> Iterator[Mount]:
             done = DONE.search(m.log_text())
             assert done is not None and done.group(2) == "0", m.log_text()  # none left
         yield m
-    assert m.proc.returncode == 0, "mount did not exit cleanly:\n" + m.log_text()
-    assert "Traceback" not in m.log_text(), m.log_text()
+    finished(m)
 
 
 def test_every_leaf_folder_matches_pis_branch(served: Mount, tmp_path: Path) -> None:
