@@ -61,7 +61,7 @@ class UsageFolder(NodeKind):
     def listing(self, v: View, key: Key) -> list[tuple[str, Key]]:
         return [(n, key._replace(kind=Kind.USAGE_FILE, eid=n)) for n in usage.FILES]
 
-    def prepare(self, v: View, key: Key) -> Work | None:
+    def prepare(self, v: View, key: Key, listing: bool) -> Work | None:
         return _sums_due(v)  # (its listing shows the files' sizes)
 
     def attr(self, v: View, ino: int, key: Key) -> Attr:
@@ -76,7 +76,7 @@ class UsageFile(NodeKind):
     name = Kind.USAGE_FILE
     sessionless = True
 
-    def prepare(self, v: View, key: Key) -> Work | None:
+    def prepare(self, v: View, key: Key, listing: bool) -> Work | None:
         return _sums_due(v)
 
     def content(self, v: View, key: Key) -> bytes:
@@ -178,7 +178,7 @@ class SearchResults(NodeKind):
     fmt = stat.S_IFDIR
     sessionless = True
 
-    def prepare(self, v: View, key: Key) -> Work | None:
+    def prepare(self, v: View, key: Key, listing: bool) -> Work | None:
         return _refresh(v, key)
 
     def child(self, v: View, key: Key, name: str) -> Key:
@@ -280,7 +280,7 @@ class SearchPage(NodeKind):
     name = Kind.SEARCH_PAGE
     sessionless = True
 
-    def prepare(self, v: View, key: Key) -> Work | None:
+    def prepare(self, v: View, key: Key, listing: bool) -> Work | None:
         return _refresh(v, key)
 
     def content(self, v: View, key: Key) -> bytes:

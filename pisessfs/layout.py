@@ -45,6 +45,15 @@ HEADS_INLINE = 8  # new session files whose heads are read on the loop; more: in
 # -- folders --------------------------------------------------------------------------------
 
 
+def _heads_first(v: View, missing: list[str], listed: list[str]) -> Work | None:
+    """Before a folder's listing is made: the kernel reads the store's entries of its
+    sessions ``listed`` ahead (a walk reads them next, whether or not their heads were read
+    already), and the heads of ``missing`` are read, a few on the loop (by the listing), more
+    in a thread."""
+    v.store.prefetch(listed)
+    return None if len(missing) <= HEADS_INLINE else lambda: v.store.read_heads(missing)
+
+
 class Root(NodeKind):
     """The sessions root: project folders, and flat session files as sessions."""
 
@@ -70,14 +79,18 @@ class Root(NodeKind):
                 out.append((name, key._replace(kind=kind, path=v.store.root)))
         return out
 
-    def prepare(self, v: View, key: Key) -> Work | None:
+    def prepare(self, v: View, key: Key, listing: bool) -> Work | None:
         # Naming its sessions reads the head of each new file: for a folder of a thousand
-        # new sessions, seconds of reads, made off the loop.
-        missing = v.store.heads_missing(key.path or v.store.root)
-        if len(missing) <= HEADS_INLINE:
-            v.store.prefetch(missing)  # (the listing reads them on the loop)
-            return None
-        return lambda: v.store.read_heads(missing)
+        # new sessions, seconds of reads, made off the loop. The root's ``latest`` names the
+        # newest session: the heads of its folder too (once the root's own are read), for a
+        # listing only: a lookup at the root is answered at once.
+        listed, missing = v.store.unlisted(key.path or v.store.root)
+        if listing and len(missing) <= HEADS_INLINE and key.kind == Kind.ROOT:
+            # (the newest's folder: its heads; its entries are read ahead when it is listed)
+            return v.store.newest.work() or _heads_first(
+                v, missing + v.store.newest.unnamed(), listed
+            )
+        return _heads_first(v, missing, listed)
 
     def attr(self, v: View, ino: int, key: Key) -> Attr:
         # From stat alone: listing a project parses nothing. Who may move a session file out
@@ -481,8 +494,12 @@ class Latest(_FreeLink):
 
     name = Kind.LATEST
 
+    def prepare(self, v: View, key: Key, listing: bool) -> Work | None:
+        # (the newest found and its folder named off the loop)
+        return v.store.newest.work() or _heads_first(v, v.store.newest.unnamed(), [])
+
     def target(self, v: View, key: Key) -> bytes:
-        target = v.store.latest()
+        target = v.store.newest.latest()
         if target is None:
             raise NotFound(key)
         return target.encode("utf-8", "surrogateescape")

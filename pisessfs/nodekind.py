@@ -127,6 +127,7 @@ class NodeKind:
         """Work still to do before this node answers (after its session is up to date)."""
         return None
 
-    def prepare(self, v: View, key: Key) -> Work | None:
-        """Work still to do before a node of no session answers."""
+    def prepare(self, v: View, key: Key, listing: bool) -> Work | None:
+        """Work still to do before a node of no session answers (``listing``: its children
+        with their attributes are wanted, as in :meth:`View.ready`)."""
         return None

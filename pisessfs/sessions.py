@@ -48,6 +48,7 @@ from .loaded import (
     no_gc,
 )
 from .naming import Heads, Seen, stem_of
+from .newest import Newest
 from .store import DiskStore
 
 if TYPE_CHECKING:
@@ -67,8 +68,6 @@ SHARE = 0.5
 ANSWERS_SHARE, ANSWERS_FLOOR = 0.25, 16 << 20
 #: ``--warm`` stops when such a store is this full: more would push out what it warmed.
 WARM_KEPT = 0.9
-#: Seconds ``latest`` is not looked for again (unless the watcher saw a change).
-LATEST_FRESH = 0.5
 #: Sessions ``Store.leave`` tries at most (the oldest: a thread may hold one or render it).
 LEAVE_TRIES = 16
 
@@ -430,7 +429,7 @@ class Store:
         # session is answered from them), within a share of the same cap.
         self.answers = Kept(cap=max(int(cache_bytes * ANSWERS_SHARE), ANSWERS_FLOOR))
         self.disk: DiskStore | None = None  # the store (``store``)
-        self._latest: tuple[float, str | None] | None = None  # when found, and where
+        self.newest = Newest(self)  # the root's latest
 
     def _kept_heads(self) -> dict[str, list[Any]]:
         return self.disk.names.heads if self.disk is not None else {}
@@ -503,16 +502,16 @@ class Store:
                 out.append((item.path, "."))
                 continue
             with contextlib.suppress(Unreadable):
-                out += [(d.path, item.name) for d in self._session_files(item.path)]
+                out += [(d.path, item.name) for d in self.session_files(item.path)]
         return out
 
     def sessions_in(self, folder: str) -> list[Listing]:
         return self._cached(folder, lambda: self._sessions_in(folder))
 
     def _sessions_in(self, folder: str) -> list[Listing]:
-        return [Listing(self.head(d.path).name, d.path, True) for d in self._session_files(folder)]
+        return [Listing(self.head(d.path).name, d.path, True) for d in self.session_files(folder)]
 
-    def _session_files(self, folder: str) -> list[FileEntry]:
+    def session_files(self, folder: str) -> list[FileEntry]:
         return _session_entries(self.files.scandir(folder))
 
     def head(self, path: str, seen: Seen | None = None, since: int = 0) -> Head:
@@ -540,16 +539,20 @@ class Store:
     def heads_missing(self, folder: str) -> list[str]:
         """The session files of ``folder`` whose heads are not read yet, when its listing is
         to be made again (else none: one stat)."""
+        return self.unlisted(folder)[1]
+
+    def unlisted(self, folder: str) -> tuple[list[str], list[str]]:
+        """The session files of ``folder`` when its listing is to be made (again), and those
+        of them whose heads are not read yet; else none of either (one stat)."""
         hit = self._listings.get(folder)
         if hit is not None and hit[0] == self.files.lstat(folder).st_mtime_ns:
-            return []  # (_cached's test: a listing made again reads the heads it lacks)
-        return [d.path for d in self._session_files(folder) if d.path not in self.heads.known]
+            return [], []  # (_cached's test: a listing made again reads the heads it lacks)
+        paths = [d.path for d in self.session_files(folder)]
+        return paths, [p for p in paths if p not in self.heads.known]
 
     def read_heads(self, paths: list[str]) -> None:
-        """Blocking: read the heads of ``paths`` (a folder of many new sessions), and have
-        the kernel read their disk cache entries ahead."""
+        """Blocking: read the heads of ``paths`` (a folder of many new sessions)."""
         since = self.heads.chmods
-        self.prefetch(paths)
         seen = self.heads.seen(paths) if self.disk is not None and self.disk.names.heads else {}
         for path in paths:
             self.head(path, seen.get(path), since)
@@ -604,18 +607,6 @@ class Store:
         cwds = {h.cwd for i in self.sessions_in(folder) if (h := self.heads.known.get(i.path))}
         return cwds.pop() if len(cwds) == 1 else None
 
-    def latest(self) -> str | None:
-        """Where the session whose file changed last is, from the root: ``<project>/<session>``
-        by their folders' names (or ``<session>``, for one lying in the root). Found again
-        after :data:`LATEST_FRESH` or a change the watcher saw: it stats every session, and
-        a walk asks for it at every listing of the root (1.5 s of a first walk of 5,000)."""
-        memo = self._latest
-        if memo is not None and time.monotonic() - memo[0] < LATEST_FRESH:
-            return memo[1]
-        found = _find_latest(self)
-        self._latest = (time.monotonic(), found)
-        return found
-
     def changed(self, path: str) -> None:
         """Session file ``path`` changed (the watcher says so): its entry in the store and
         its last ``stat`` no longer vouch for it."""
@@ -657,7 +648,7 @@ class Store:
         projects = [d for d in top if d.is_dir]
         for d in projects:
             with contextlib.suppress(Unreadable):
-                paths += [f.path for f in self._session_files(d.path)]
+                paths += [f.path for f in self.session_files(d.path)]
         return paths + [d.path for d in _session_entries(top)], len(projects)
 
     def loaded_paths(self) -> list[str]:
@@ -673,7 +664,7 @@ class Store:
 
     def _tell(self, path: str | None) -> None:
         """Session file ``path`` (None: any) changed, came or went: the watchers are told."""
-        self._latest = None
+        self.newest.changed()
         for told in self.watchers:
             told(path)
 
@@ -810,17 +801,3 @@ def _leaving(sf: SessionFile, now: float) -> Leaving | None:
 def _is_session_name(name: str) -> bool:
     """``<stem>.jsonl`` (Pi's temp files, ``*.jsonl.tmp``, are not sessions)."""
     return name.endswith(".jsonl") and len(name) > len(".jsonl")
-
-
-def _find_latest(store: Store) -> str | None:
-    """Where the session whose file changed last is (``Store.latest``)."""
-    best: tuple[int, str] | None = None
-    for item in store.top():
-        where = [item] if item.is_session else store.sessions_in(item.path)
-        folder = os.path.dirname(item.path) if item.is_session else item.path
-        found = {os.path.basename(i.path): i for i in where}
-        for name, st in store.files.lstats(folder, list(found)).items():
-            shown = found[name].name if item.is_session else f"{item.name}/{found[name].name}"
-            if best is None or (st.st_mtime_ns, shown) > best:
-                best = (st.st_mtime_ns, shown)
-    return best[1] if best is not None else None

@@ -149,7 +149,7 @@ class View:
         key = self.key(ino)
         node = KINDS[key.kind]
         if node.sessionless:
-            self._settle(lambda: node.prepare(self, key))
+            self._settle(lambda: node.prepare(self, key, listing))
             return
         if attr_only and node.unparsed:
             return

@@ -16,7 +16,8 @@ import orjson
 import pytest
 
 from pisessfs import inodes as inodes_module
-from pisessfs import onefile, render, sessions
+from pisessfs import layout, onefile, render, sessions
+from pisessfs.errors import Busy
 from pisessfs.jsonl import Parser
 from pisessfs.kind import Kind
 from pisessfs.sessions import Store, Unreadable
@@ -209,6 +210,35 @@ def test_names_are_sanitised() -> None:
     assert render.sanitize("-.x") == "x"
     assert len(render.sanitize("é" * 300).encode()) <= 255
     assert render.number_width(10_000) == 5
+
+
+def test_latest_names_only_the_newest_folder_off_the_loop(tmp_path: Path) -> None:
+    """The root's ``latest`` reads the heads of the newest session's folder, no other: a
+    first listing of a year of sessions read every head (each file scanned for its name)
+    on the loop, seconds during which no request was answered. Those heads are read off
+    the loop (the listing hands them back as work), and of several files changed at the
+    same instant the greatest shown path wins, as before."""
+    stamp = 1_790_000_000
+    for p in range(3):
+        folder = tmp_path / f"--p{p}--"
+        folder.mkdir()
+        for n in range(layout.HEADS_INLINE + 4):
+            f = folder / f"s{n:02d}.jsonl"
+            head = {**HEADER, "id": f"{p}{n:02d}aaaaaa-x"}
+            f.write_bytes(line(head) + line(user("aaaaaaaa", None, f"question {n}", 1)))
+            newest = p == 1 and n in (3, 7)  # two at the same instant, in p1
+            os.utime(f, ns=((stamp + (100 if newest else n)) * 10**9,) * 2)
+    v = Driven(Store(str(tmp_path)))
+    with pytest.raises(Busy):  # the root's own listing needs p1's heads: work, not the loop
+        v.view.ready(1, False, True, set())
+    names = [n for n, _ in v.children(1)]
+    assert names == ["p0", "p1", "p2", "latest", "search", "usage"]
+    p1 = str(tmp_path / "--p1--")
+    assert {os.path.dirname(p) for p in v.store.heads.known} == {p1}  # p0, p2: none read
+    shown = {i.path: i.name for i in v.store.sessions_in(p1)}
+    winner = max(shown[f"{p1}/s03.jsonl"], shown[f"{p1}/s07.jsonl"])
+    assert v.readlink(v.lookup(1, "latest").ino) == f"p1/{winner}".encode()
+    assert {os.path.dirname(p) for p in v.store.heads.known} == {p1}
 
 
 @pytest.mark.warns

@@ -48,6 +48,7 @@ ORDER = [
     "inodes",
     "errors",
     "sessions",
+    "newest",
     "naming",
     "kept",
     "loaded",
