@@ -105,8 +105,7 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
     warmup = WarmUp(ops)
     # Block the signals until the loop runs: a SIGINT between init and main would otherwise
     # leave the mount behind (s3ql's lesson).
-    blocked = {signal.SIGINT, signal.SIGTERM}
-    signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    blocked = _hold_signals()
     signal.signal(status.ASK, signal.SIG_IGN)  # before the status file names this pid
     _init(ops, opts)
     here = mountpoint.top(opts.mountpoint)  # which descriptors are of this mount (rm -r)
@@ -148,8 +147,8 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
         view.workers = _pool(opts, view, cache)
         if ready is not None:
             ready()
-        # The signals stay blocked after the loop (_stop_on): a late SIGINT/SIGTERM (systemd's,
-        # after its ExecStop unmounted) stays pending until the exit.
+        # After the loop a late SIGINT/SIGTERM (systemd's, after its ExecStop unmounted) stays
+        # pending in the main thread (_stop_on), and meets _late in any other.
         trio.run(_serve, ops, watcher, blocked, state, warmup if opts.warm else None)
         clean = True
     finally:
@@ -165,6 +164,27 @@ def run(opts: MountOptions, ready: Callable[[], None] | None = None) -> None:
         if guard is not None:
             guard.release()  # it sees the mount gone (or detaches what close left) and exits
         log.info("unmounted %s", opts.mountpoint)
+        for signum in blocked:  # (Python's exit puts back the default action of a handler)
+            signal.signal(signum, signal.SIG_IGN)
+
+
+def _hold_signals() -> set[signal.Signals]:
+    """SIGINT and SIGTERM blocked until the loop's receiver takes them (``_stop_on``), and
+    :func:`_late` what that receiver puts back when the loop ends."""
+    blocked = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    for signum in blocked:
+        signal.signal(signum, _late)
+    return blocked
+
+
+def _late(signum: int, frame: object) -> None:
+    """A SIGINT/SIGTERM after the loop ended, while the mount closes (systemd sends SIGTERM
+    right after its ExecStop unmounted): nothing to do, the close goes on. The main thread
+    has them blocked then, but not the threads the loop started (they took its mask, with
+    them let through): the default action there killed the daemon before its cache was
+    saved. A handler, not SIG_IGN: setting SIG_IGN drops one pending since before the loop."""
+    log.info("signal %d while closing: the close goes on", signum)
 
 
 def _init(ops: Operations, opts: MountOptions) -> None:

@@ -300,6 +300,13 @@ def test_the_unit_reports_ready_when_mounted_and_stops_cleanly(
             wd = watchdog_of(mnt)
             assert wd is not None
             assert "NOTIFY_SOCKET" not in Path(f"/proc/{wd}/environ").read_text()
+            # A thread the loop started (it inherits the loop's mask, SIGTERM let through)
+            # and a session to save at unmount (a longer close): a late SIGTERM must not
+            # end the daemon through that thread while it closes.
+            assert os.listdir(mnt / "usage")  # (its sums are counted in a thread)
+            wait_for(lambda: bool(loop_threads(daemon.pid)), what="a thread started by the loop")
+            some = next(p for p in mnt.rglob("conversation.md") if p.stat().st_size)
+            assert some.read_bytes()
             done = subprocess.run(stop, capture_output=True, text=True, env=env, timeout=30)
             assert (done.returncode, done.stderr) == (0, ""), done
             deadline = time.monotonic() + 20
@@ -313,6 +320,12 @@ def test_the_unit_reports_ready_when_mounted_and_stops_cleanly(
                 daemon.wait()
     assert not is_mounted(mnt) and not alive(wd)
     assert "Traceback" not in log.read_text(), log.read_text()
+
+
+def loop_threads(pid: int) -> list[str]:
+    """The daemon's threads that trio's loop started (its thread cache names them)."""
+    names = [t.read_text().strip() for t in Path(f"/proc/{pid}/task").glob("*/comm")]
+    return [n for n in names if n.startswith("Trio thread")]
 
 
 def user_manager() -> str | None:
