@@ -173,8 +173,11 @@ class Pool:
         """Where the passes are (``pisessfs status``)."""
         if self._total < 0:
             return "listing the sessions"
-        with self._lock:  # (the feeders count under it)
-            said = ", ".join(p.said(self._total) for p in self._passes.values())
+        with self._lock:  # (the feeders count under it; the passes in their order, whichever
+            # started first: a query may start the index pass before the render pass's thread)
+            said = ", ".join(
+                self._passes[p].said(self._total) for p in (RENDER, INDEX) if p in self._passes
+            )
         head = "done: " if self._ended else ""
         return f"{head}{self._total:,} sessions: {said or 'starting'}"
 

@@ -18,9 +18,9 @@ import pytest
 
 from pisessfs.model import CONVERSATION_TYPES
 from pisessfs.names import id_name
-from tests.conftest import Mount, mounted, pi, wait_for
+from tests.conftest import Mount, mounted, pi
 from tests.test_disk import finished
-from tests.test_workers import DONE, workers_done
+from tests.test_workers import DONE, wait_done
 
 pytestmark = [pytest.mark.fuse, pytest.mark.pi]  # real mounts and the real Pi (conftest: tiers)
 
@@ -66,7 +66,7 @@ def served(request: pytest.FixtureRequest, sessions: Path) -> Iterator[Mount]:
     workers = "2" if request.param == "by workers" else "0"
     with mounted(sessions, "--workers", workers) as m:
         if workers != "0":
-            wait_for(lambda: workers_done(m), 60, "the workers' passes")
+            wait_done(m)
             done = DONE.search(m.log_text())
             assert done is not None and done.group(2) == "0", m.log_text()  # none left
         yield m

@@ -25,7 +25,7 @@ from pisessfs.search import SearchIndex
 from pisessfs.sessions import Store
 from pisessfs.store import DiskStore, mark_for
 from pisessfs.view import View
-from pisessfs.workers import INDEX, Config, Pool
+from pisessfs.workers import INDEX, RENDER, Config, Pool
 
 from .conftest import Mount, mounted, wait_for
 from .test_disk import FROM_DISK, finished, parsed, seen, walked
@@ -42,6 +42,15 @@ def workers_done(m: Mount) -> bool:
     return DONE.search(m.log_text()) is not None
 
 
+def wait_done(m: Mount, timeout: float = 60) -> None:
+    """Wait for both passes to end; fail with where they are and the mount's log."""
+    try:
+        wait_for(lambda: workers_done(m), timeout, "the workers' passes")
+    except AssertionError as err:
+        said = status_json(os.environ.copy()).get(str(m.path), {}).get("workers")
+        raise AssertionError(f"{err}: {said}\n{m.log_text()[-6000:]}") from None
+
+
 def found(top: Path, query: str) -> tuple[str, set[str]]:
     """A query's page's first line and where its results lead."""
     page = (top / "search" / f"{query}.md").read_text()
@@ -54,7 +63,7 @@ def test_a_first_walk_with_workers_is_the_walk_without_them(corpus: Path, tmp_pa
     """Every session rendered by the workers, none by the daemon; what the walk meets, the
     search results and the usage sums are those of a mount that renders for itself."""
     with mounted(corpus, "--disk-cache", str(tmp_path / "c"), "--debug", "--workers", "2") as m:
-        wait_for(lambda: workers_done(m), 60, "the workers' passes")
+        wait_done(m)
         got = seen(m.path)
         searched = {q: found(m.path, q) for q in ("needle", "user", "the tool")}
     log = finished(m)
@@ -90,7 +99,7 @@ def test_a_walk_ahead_of_the_workers_takes_what_they_did_not_start(
     monkeypatch.setenv(worker_mod.FAULT_ENV, "slow:0.5")
     with mounted(corpus, "--disk-cache", str(tmp_path / "c"), "--debug", "--workers", "1") as m:
         got = backwards(m.path)
-        wait_for(lambda: workers_done(m), 60, "the workers' passes")
+        wait_done(m)
     log = finished(m)
     mine = parsed(log)
     assert mine, "the walk parsed none itself"
@@ -109,7 +118,7 @@ def test_a_worker_that_dies_is_replaced_and_its_session_left_to_the_mount(
     victim = next(p for p in sorted(corpus.rglob("*.jsonl")) if "hostile" not in str(p))
     monkeypatch.setenv(worker_mod.FAULT_ENV, f"exit:{victim.name}")
     with mounted(corpus, "--disk-cache", str(tmp_path / "c"), "--debug", "--workers", "2") as m:
-        wait_for(lambda: workers_done(m), 60, "the workers' passes")
+        wait_done(m)
         got = seen(m.path)
     log = finished(m)
     assert log.count("a worker died on") == 2, log  # (once in each pass)
@@ -126,7 +135,7 @@ def test_a_session_changed_after_its_worker_rendered_it_shows_the_change(
     """An entry a worker made is of the file as it was: a line appended since shows, and is
     found."""
     with mounted(sessions, "--disk-cache", str(tmp_path / "c"), "--workers", "2") as m:
-        wait_for(lambda: workers_done(m), 60, "the workers' passes")
+        wait_done(m)
         path = next(p for p in sessions.rglob("*.jsonl") if p.stat().st_size < 1 << 20)
         last = [line for line in path.read_text().splitlines() if '"id"' in line][-1]
         parent = re.search(r'"id":"([^"]+)"', last.replace(" ", ""))
@@ -156,7 +165,7 @@ def test_status_says_where_the_workers_are_and_none_run_when_asked(
     sessions: Path, tmp_path: Path
 ) -> None:
     with mounted(sessions, "--disk-cache", str(tmp_path / "c"), "--workers", "2") as m:
-        wait_for(lambda: workers_done(m), 60, "the workers' passes")
+        wait_done(m)
         out = subprocess.run(
             [sys.executable, "-m", "pisessfs.cli", "status"], capture_output=True, text=True
         ).stdout
@@ -213,6 +222,24 @@ def test_a_pool_renders_and_indexes_every_session_into_the_store(
     disk.close()
 
 
+def test_status_names_the_passes_in_their_order_whichever_started_first() -> None:
+    """A query at the mount's start may start the index pass before the render pass's
+    thread is under way: ``status`` and the log's last line still name the render pass
+    first (they named them as they started, and the suite's wait for that line ran out)."""
+    pool: Pool
+
+    def held(phase: str, paths: list[str]) -> set[str]:  # (all held: no worker is started)
+        if phase == RENDER:
+            wait_for(lambda: "index" in pool.said(), 10, "the index pass first")
+        return set(paths)
+
+    pool = Pool(Config("/", "/", 1, "m"), 1, lambda: ["/a.jsonl"], held, lambda p, f: None)
+    pool.want_index()
+    pool.start()
+    wait_for(lambda: pool.said().startswith("done: "), 10, "the passes' end")
+    assert DONE.search("workers: " + pool.said().removeprefix("done: ")), pool.said()
+
+
 def test_a_worker_answers_each_line_and_refuses_what_is_not_a_path(tmp_path: Path) -> None:
     """The worker's protocol: one JSON line per line asked, in order; a line that is no
     pass or no path is answered, not fatal."""
@@ -254,7 +281,7 @@ def test_a_query_during_the_render_pass_starts_the_index_pass_and_answers_meanwh
             return "rendering" in said and "indexing" in said
 
         wait_for(both, 10, "the index pass beside the render pass")
-        wait_for(lambda: workers_done(m), 60, "the workers' passes")
+        wait_done(m)
         after = found(m.path, "needle")
         log = m.log_text()
     assert after[0].endswith(f"in {n} of {n} sessions")
