@@ -220,21 +220,27 @@ class Writer(Generic[J]):
     def _write_all(self) -> None:
         db = self.connect()
         try:
-            while True:
-                item = self._todo.get()
-                try:
-                    if item is None:
-                        return
-                    self.run(db, item)
-                except Exception as err:  # a full disk, a bug: this one is not written
-                    log.warning("disk cache: %s not saved: %s", item.what if item else "", err)
-                finally:
-                    self._todo.task_done()
+            while self._one(db, self._todo.get()):
+                pass
         finally:
             if self.own:
                 with contextlib.suppress(sqlite3.Error):  # (the next mount reads one file)
                     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 db.close()
+
+    def _one(self, db: sqlite3.Connection, item: J | None) -> bool:
+        """Do one job; False at the end. (A function of its own: a job left in the loop's
+        variable while it waited for the next held what it wrote, a whole session's files,
+        until the next came: a render worker kept 80 MiB more after a session of 105 MB.)"""
+        try:
+            if item is None:
+                return False
+            self.run(db, item)
+        except Exception as err:  # a full disk, a bug: this one is not written
+            log.warning("disk cache: %s not saved: %s", item.what if item else "", err)
+        finally:
+            self._todo.task_done()
+        return True
 
 
 class Ahead:

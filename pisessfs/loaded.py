@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import gc
 import logging
 import os
@@ -241,7 +242,7 @@ class Loaded:
         self.size = 0  # bytes parsed
         self.window = b""  # the last bytes parsed: proof that the file only grew since
         self.usage: Sums = {}  # the usage of every whole line parsed (``usage``)
-        self.parser = Parser(path, self._count)
+        self.parser = Parser(path, functools.partial(_count, self.usage))
         self.index = Index()
         self.ident: Identity | None = None
         self.ctime_ns = 0  # the file's ctime before the last read of it began
@@ -406,10 +407,6 @@ class Loaded:
         self.memo.listed = None  # (the renders carry their version)
         return done
 
-    def _count(self, line: bytes, e: Entry | None) -> None:
-        """(The parser's ``each``.) Count the usage of a line read (``e``: its entry)."""
-        count_parsed(self.usage, line, *((e.type, e.kind) if e is not None else (None, None)))
-
     def counted(self) -> tuple[Seen, Sums] | None:
         """The usage of the file as parsed, when it was parsed whole to a line's end: the
         file as :class:`~pisessfs.usage.Seen` has it (its project left to fill), and the
@@ -493,6 +490,14 @@ class Loaded:
             if key not in self.reported:
                 self.reported.add(key)
                 log.warning("%s:%d: %s: %s", self.path, p.line, p.kind, p.detail)
+
+
+def _count(usage: Sums, line: bytes, e: Entry | None) -> None:
+    """(The parser's ``each``.) Count the usage of a line read (``e``: its entry) into
+    ``usage``. Not a method of :class:`Loaded`: the parser would hold its state, a cycle
+    among objects :func:`gc.freeze` put out of the collector's reach, which then never freed
+    a session let go, nor anything it held."""
+    count_parsed(usage, line, *((e.type, e.kind) if e is not None else (None, None)))
 
 
 def freeze_grown(cur: Loaded) -> None:
