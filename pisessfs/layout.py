@@ -29,6 +29,7 @@ from .errors import NotALink, NotFound
 from .handles import FileSnapshot, Snapshot
 from .kind import Kind
 from .names import VIEW_SUFFIX, id_name, utf8
+from .newest import shown_path
 from .nodekind import SESSION_NAMES, Growth, NodeKind, Request
 from .render import message_of
 from .sessions import Loaded, Work
@@ -87,8 +88,10 @@ class Root(NodeKind):
         listed, missing = v.store.unlisted(key.path or v.store.root)
         if listing and len(missing) <= HEADS_INLINE and key.kind == Kind.ROOT:
             # (the newest's folder: its heads; its entries are read ahead when it is listed)
-            return v.store.newest.work() or _heads_first(
-                v, missing + v.store.newest.unnamed(), listed
+            return (
+                v.store.newest.work()
+                or v.store.kept_heads_work()
+                or _heads_first(v, missing + v.store.newest.unnamed(), listed)
             )
         return _heads_first(v, missing, listed)
 
@@ -600,11 +603,11 @@ def _find_parent(v: View, path: str, parent: str) -> str | None:
     candidates = [posixpath.join(root, *tail), posixpath.join(root, tail[-1])]
     if parent.startswith(root + "/"):
         candidates.insert(0, parent)
-    here = v.store.shown_path(path)
+    here = shown_path(v.store, path)
     if here is None:
         return None
     for candidate in candidates:
-        there = v.store.shown_path(candidate) if candidate != path else None
+        there = shown_path(v.store, candidate) if candidate != path else None
         if there is not None:
             return posixpath.relpath(there, here)
     return None

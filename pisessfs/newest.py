@@ -1,4 +1,5 @@
-"""The root's ``latest``: where the session whose file changed last is.
+"""Where sessions are in the mount: any session file's shown path (:func:`shown_path`), and
+the root's ``latest``, where the session whose file changed last is.
 
 It is found by the files' mtimes (stats, no file opened), and only the folder of the newest
 session is named: naming reads each session's head (its file scanned for its name), and a
@@ -77,15 +78,28 @@ class Newest:
 
     def _named(self, newest: Found) -> str | None:
         shown = []
-        for item, path in newest:
-            if item.is_session:
-                shown.append(item.name)
-                continue
+        for _, path in newest:
             with contextlib.suppress(Unreadable):  # (gone since: the others are)
-                names = {i.path: i.name for i in self.store.sessions_in(item.path)}
-                if path in names:
-                    shown.append(f"{item.name}/{names[path]}")
+                where = shown_path(self.store, path)
+                if where is not None:
+                    shown.append(where[1:])
         return max(shown, default=None)
+
+
+def shown_path(store: Store, path: str) -> str | None:
+    """Where session file ``path`` is in the mount (``/<project>/<name>``, ``/<name>`` for
+    a flat one), None when it is no listed session of this mount."""
+    folder = os.path.dirname(path)
+    if folder == store.root:
+        names = {i.path: i.name for i in store.top() if i.is_session}
+        return "/" + names[path] if path in names else None
+    if os.path.dirname(folder) != store.root:
+        return None
+    projects = {i.path: i.name for i in store.top() if not i.is_session}
+    if folder not in projects:
+        return None  # (a path from a file: it may name a folder that is not there)
+    names = {i.path: i.name for i in store.sessions_in(folder)}
+    return f"/{projects[folder]}/{names[path]}" if path in names else None
 
 
 def _find(store: Store, items: list[Listing]) -> Found:

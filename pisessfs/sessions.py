@@ -430,6 +430,7 @@ class Store:
         self.answers = Kept(cap=max(int(cache_bytes * ANSWERS_SHARE), ANSWERS_FLOOR))
         self.disk: DiskStore | None = None  # the store (``store``)
         self.newest = Newest(self)  # the root's latest
+        self._kept_heads_taken = False
 
     def _kept_heads(self) -> dict[str, list[Any]]:
         return self.disk.names.heads if self.disk is not None else {}
@@ -550,6 +551,16 @@ class Store:
         paths = [d.path for d in self.session_files(folder)]
         return paths, [p for p in paths if p not in self.heads.known]
 
+    def kept_heads_work(self) -> Work | None:
+        """Once per mount, when the store kept the sessions' names (a later mount): every
+        head taken from there in one pass (stats only) before the root's first listing, so
+        that no project's listing waits for its own."""
+        if self._kept_heads_taken or not self._kept_heads():
+            return None
+        self._kept_heads_taken = True
+        known = self.heads.known
+        return lambda: self.read_heads([p for p in self.session_paths()[0] if p not in known])
+
     def read_heads(self, paths: list[str]) -> None:
         """Blocking: read the heads of ``paths`` (a folder of many new sessions)."""
         since = self.heads.chmods
@@ -586,21 +597,6 @@ class Store:
         self.heads.known.pop(path, None)
         self._listings.pop(os.path.dirname(path), None)
         return old
-
-    def shown_path(self, path: str) -> str | None:
-        """Where session file ``path`` is in the mount (``/<project>/<name>``, ``/<name>``
-        for a flat one), None when it is no listed session of this mount."""
-        folder = os.path.dirname(path)
-        if folder == self.root:
-            names = {i.path: i.name for i in self.top() if i.is_session}
-            return "/" + names[path] if path in names else None
-        if os.path.dirname(folder) != self.root:
-            return None
-        projects = {i.path: i.name for i in self.top() if not i.is_session}
-        if folder not in projects:
-            return None  # (a path from a file: it may name a folder that is not there)
-        names = {i.path: i.name for i in self.sessions_in(folder)}
-        return f"/{projects[folder]}/{names[path]}" if path in names else None
 
     def cwd_of(self, folder: str) -> str | None:
         """The working directory the sessions of ``folder`` were started in, when they agree."""
