@@ -74,27 +74,36 @@ def _tool_kind(name: object) -> str:
     return "tool-" + _clean(name)
 
 
-class _MessageHead(msgspec.Struct):
-    """What the index needs of a message line's ``message``."""
+class MessageHead(msgspec.Struct):
+    """What the index and the usage count need of a message line's ``message``."""
 
     role: Any = None
     toolName: Any = None  # noqa: N815 (Pi's name)
+    provider: Any = None
+    model: Any = None
+    responseModel: Any = None  # noqa: N815 (Pi's name)
+    usage: Any = None
 
 
-class _MessageLine(msgspec.Struct):
-    """What the index needs of a message line: the rest is checked as JSON, never built."""
+class MessageLine(msgspec.Struct):
+    """What the index and the usage count (``usage``) need of a line: the rest is checked
+    as JSON, never built."""
 
     type: Any = None
     id: Any = None
     parentId: Any = None  # noqa: N815 (Pi's name)
     timestamp: Any = None
-    message: _MessageHead | None = None
+    provider: Any = None
+    model: Any = None
+    usage: Any = None
+    message: MessageHead | None = None
 
 
-#: A message line's header fields in one pass that validates the whole line as JSON and
-#: builds nothing else (a big session's bytes are its messages' contents: 3x faster than
-#: decoding them all). A repeated key is won by the last, as in ``JSON.parse``.
-_skim = msgspec.json.Decoder(_MessageLine).decode
+#: A line's header fields in one pass that validates the whole line as JSON and builds
+#: nothing else (a big session's bytes are its messages' contents: 3x faster than decoding
+#: them all). A repeated key is won by the last, as in ``JSON.parse``. One skim for both
+#: the index and the usage count: a render worker skimmed each assistant line twice.
+skim = msgspec.json.Decoder(MessageLine).decode
 
 
 def file_kind(d: dict[str, Any]) -> str | None:
@@ -436,6 +445,11 @@ class Stats:
             self.cost += total
 
 
+#: What a parser tells of each whole line: its bytes, the entry it made (or None), and its
+#: skim when it was skimmed (a message line of a known role).
+Each = Callable[[bytes, "Entry | None", "MessageLine | None"], None]
+
+
 class Parser:
     """Consumes a session file's bytes, resuming where it stopped.
 
@@ -448,12 +462,12 @@ class Parser:
     ``harness_info`` (lanes and where they point, the name, labels, line counts).
     """
 
-    def __init__(
-        self, path: str = "", each: Callable[[bytes, Entry | None], None] | None = None
-    ) -> None:
+    def __init__(self, path: str = "", each: Each | None = None) -> None:
         self.path = path
-        # told every whole line, as read, with the entry it made (the usage count: ``usage``)
+        # told every whole line, as read, with the entry it made and its skim, if it was
+        # skimmed (the usage count: ``usage``)
         self.each = each
+        self.skimmed: MessageLine | None = None  # the last line's skim, if it was skimmed
         self.offset = 0  # bytes consumed: always just after a newline
         self.lines = 0  # complete lines consumed
         self._header: Header | None = None
@@ -495,10 +509,11 @@ class Parser:
             line += 1
             self.lines = line  # (the slow path reads it)
             made = len(entries) if each is not None else 0
+            self.skimmed = None
             if not fast(raw, line, start, pos - 1):
                 self._line(raw, line, start, pos - 1)
             if each is not None:
-                each(raw, entries[-1] if len(entries) > made else None)
+                each(raw, entries[-1] if len(entries) > made else None, self.skimmed)
             at = nl + 1
         tail = pending + data[at:] if pending else data[at:]
         self._pending = tail  # after the last newline: b"" or a line still being written
@@ -581,7 +596,7 @@ class Parser:
         try:
             if not raw.isascii():
                 raw.decode()
-            h = _skim(raw)
+            h = skim(raw)
         except Exception:  # (invalid UTF-8, not JSON, a field of the wrong type, too deep)
             return False  # the whole decode decides, and records what it finds
         msg, eid, parent, ts = h.message, h.id, h.parentId, h.timestamp
@@ -602,6 +617,7 @@ class Parser:
             kind = _tool_kind(msg.toolName)
         entry = Entry(eid, parent or None, "message", ts, line, start, end, kind, None, None)
         self.entries.append(entry)
+        self.skimmed = h
         return True
 
     def _role(self, value: Any) -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .files import Files
-from .jsonl import Parser, Stats, decode_line
+from .jsonl import MessageLine, Parser, Stats, decode_line
 from .kind import Kind
 from .model import Entry, Problem
 from .tree import Index, NeedsRebuild
@@ -492,12 +492,15 @@ class Loaded:
                 log.warning("%s:%d: %s: %s", self.path, p.line, p.kind, p.detail)
 
 
-def _count(usage: Sums, line: bytes, e: Entry | None) -> None:
-    """(The parser's ``each``.) Count the usage of a line read (``e``: its entry) into
-    ``usage``. Not a method of :class:`Loaded`: the parser would hold its state, a cycle
+def _count(usage: Sums, line: bytes, e: Entry | None, h: MessageLine | None) -> None:
+    """(The parser's ``each``.) Count the usage of a line read (``e``: its entry, ``h``: its
+    skim) into ``usage``. Not a method of :class:`Loaded`: the parser would hold its state, a cycle
     among objects :func:`gc.freeze` put out of the collector's reach, which then never freed
     a session let go, nor anything it held."""
-    count_parsed(usage, line, *((e.type, e.kind) if e is not None else (None, None)))
+    if e is None:
+        count_parsed(usage, line, None, None, h)
+    else:
+        count_parsed(usage, line, e.type, e.kind, h)
 
 
 def freeze_grown(cur: Loaded) -> None:

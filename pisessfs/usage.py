@@ -36,7 +36,7 @@ from typing import Any, Protocol
 import msgspec
 
 from .files import Unreadable, whole_lines
-from .jsonl import decode_line
+from .jsonl import MessageLine, decode_line, skim
 from .model import iso_ms, parse_ts_ms
 
 #: The files of ``usage/``, in listing order.
@@ -75,31 +75,6 @@ def scan(read: Callable[[int, int], bytes], start: int, end: int) -> Scanned:
     return out
 
 
-class _Message(msgspec.Struct):
-    """What usage needs of a line's ``message``."""
-
-    role: Any = None
-    provider: Any = None
-    model: Any = None
-    responseModel: Any = None  # noqa: N815 (Pi's name)
-    usage: Any = None
-
-
-class _Line(msgspec.Struct):
-    """What usage needs of a line: the rest (a message's contents) is checked as JSON and
-    never built (the first count of a year of sessions is mostly decoding)."""
-
-    type: Any = None
-    timestamp: Any = None
-    provider: Any = None
-    model: Any = None
-    usage: Any = None
-    message: _Message | None = None
-
-
-_skim = msgspec.json.Decoder(_Line).decode
-
-
 def count_marked(sums: Sums, line: bytes) -> None:
     """:func:`count_line`, for a line that may count (a parse sees every line: most do not)."""
     if b"usage" in line or b"assistant" in line:
@@ -110,26 +85,36 @@ def count_marked(sums: Sums, line: bytes) -> None:
 _COUNTED = frozenset({"usage", "compaction", "branch_summary"})
 
 
-def count_parsed(sums: Sums, line: bytes, etype: object, kind: str | None) -> None:
+def count_parsed(
+    sums: Sums, line: bytes, etype: object, kind: str | None, h: MessageLine | None
+) -> None:
     """:func:`count_line`, for a line a parse made an entry of (``etype`` None: it made
     none), without looking for words in it: only an assistant message, a tool result (file
-    kind ``tool-*``) and the types that carry their own usage may count."""
+    kind ``tool-*``) and the types that carry their own usage may count. ``h``: the parse's
+    skim of the line, if it skimmed it (the same skim :func:`count_line` makes)."""
     if etype is None:
         count_marked(sums, line)
     elif kind == "assistant" or etype in _COUNTED or (kind is not None and kind[:5] == "tool-"):
-        count_line(sums, line)
+        if h is None:
+            count_line(sums, line)
+        else:
+            _count_skimmed(sums, h)
 
 
 def count_line(sums: Sums, line: bytes) -> None:
     """Add what one line of a session file counts for (Pi's rules, above)."""
     line = line.rstrip(b"\r")
     try:
-        h = _skim(line)
+        h = skim(line)
     except (msgspec.MsgspecError, RecursionError):  # (nested thousands deep: a hostile line)
         d, _ = decode_line(line, deep=False)  # (another shape: decoded whole, as Pi reads it)
         if isinstance(d, dict):
             _count_decoded(sums, d)
         return
+    _count_skimmed(sums, h)
+
+
+def _count_skimmed(sums: Sums, h: MessageLine) -> None:
     m = h.message
     msg = None if m is None else (m.role, m.provider, m.model, m.responseModel, m.usage)
     _count(sums, h.type, h.timestamp, (h.provider, h.model, h.usage), msg)

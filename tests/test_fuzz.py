@@ -26,7 +26,9 @@ import msgspec
 import pytest
 
 from pisessfs import jsonl as jsonl_module
+from pisessfs import loaded as loaded_module
 from pisessfs import render, summary
+from pisessfs import usage as usage_module
 from pisessfs.jsonl import Parser, loads_js
 from pisessfs.model import Entry
 from pisessfs.sessions import Loaded, Store
@@ -172,23 +174,26 @@ _SKIM_CASES = [
 def test_a_skimmed_line_makes_the_entry_a_whole_decode_makes(
     corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``jsonl._skim`` (a message line's header fields, its contents checked but not
-    built) gives every file the entries and problems it has when each line is decoded
-    whole, and skims most message lines of plain sessions."""
+    """``jsonl.skim`` (a line's header fields, its contents checked but not built) gives
+    every file the entries and problems it has when each line is decoded whole, and the
+    usage each line counts when it is skimmed again for it, and skims most message lines
+    of plain sessions."""
     from tests.conftest import fixture_files
 
     hand = b"\n".join([damaged.line(damaged.HEADER), *_SKIM_CASES]) + b"\n"
     datas = [p.read_bytes() for p in [*files_of(corpus), *fixture_files()]] + [hand]
     skimmed = [_whole_state(_parsed(d)) for d in datas]
-    used = jsonl_module._skim
+    for data in datas:
+        assert _usage(data, handed=True) == _usage(data, handed=False)
+    used = jsonl_module.skim
 
     def whole_only(raw: bytes) -> Any:
         raise msgspec.DecodeError("the whole decode only")
 
-    monkeypatch.setattr(jsonl_module, "_skim", whole_only)
+    monkeypatch.setattr(jsonl_module, "skim", whole_only)
     for data, state in zip(datas, skimmed, strict=True):
         assert _whole_state(_parsed(data)) == state
-    monkeypatch.setattr(jsonl_module, "_skim", used)
+    monkeypatch.setattr(jsonl_module, "skim", used)
     counted, made_on = _counting(monkeypatch)
     for f in fixture_files():
         _parsed(f.read_bytes())
@@ -198,6 +203,19 @@ def test_a_skimmed_line_makes_the_entry_a_whole_decode_makes(
     made_on.clear()
     made = {e.id for e in _parsed(hand).entries if e.line in made_on}
     assert {"s1", "s3", "s4", "s6", "sc", "sg"} <= made, made
+
+
+def _usage(data: bytes, handed: bool) -> usage_module.Sums:
+    """The usage a parse of ``data`` counts, with the parse's skim of each line handed to
+    the count, or not (then the count skims the line itself)."""
+    sums: usage_module.Sums = {}
+
+    def each(raw: bytes, e: Entry | None, h: jsonl_module.MessageLine | None) -> None:
+        loaded_module._count(sums, raw, e, h if handed else None)
+
+    p = Parser("", each)
+    p.feed(data)
+    return sums
 
 
 def _whole_state(p: Parser) -> tuple[object, ...]:
