@@ -84,7 +84,8 @@ class Root(NodeKind):
         # Naming its sessions reads the head of each new file: for a folder of a thousand
         # new sessions, seconds of reads, made off the loop. The root's ``latest`` names the
         # newest session: the heads of its folder too (once the root's own are read), for a
-        # listing only: a lookup at the root is answered at once.
+        # listing only: a lookup at the root is answered at once. On a later mount the
+        # root's first listing takes every kept name in one pass (Store.kept_heads_work).
         listed, missing = v.store.unlisted(key.path or v.store.root)
         if listing and len(missing) <= HEADS_INLINE and key.kind == Kind.ROOT:
             # (the newest's folder: its heads; its entries are read ahead when it is listed)

@@ -1,8 +1,8 @@
 """Where sessions are in the mount: any session file's shown path (:func:`shown_path`), and
 the root's ``latest``, where the session whose file changed last is.
 
-It is found by the files' mtimes (stats, no file opened), and only the folder of the newest
-session is named: naming reads each session's head (its file scanned for its name), and a
+``latest`` is found by the files' mtimes (stats, no file opened), and only the folder of the
+newest session is named: naming reads each session's head (its file scanned for its name), and a
 first listing of the root that named every session of 5,000 held the loop for 4.4 s. The
 stats run off the loop (:meth:`Newest.work`), and the newest's folder's heads are read in a
 thread before the root's listing (``layout``).

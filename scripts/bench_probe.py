@@ -9,7 +9,9 @@ no session; the kernel caches no answer of it): how long each took.
 DESIGN.md's bound: other requests never wait more than 50 ms. ``--pi N``: meanwhile the real
 Pi (scripts/bench_live.mjs) appends N messages, 150 ms apart, to a session of its own, and
 each is timed until the mount's ``current`` shows it (DESIGN.md: within 100 ms); SESSIONS is
-then copied first, with that session added (Pi writes to the copy). Needs root (drop_caches).
+then copied first, with that session added (Pi writes to the copy). ``--stalls``: the daemon
+runs ``stalls.py``'s sampler, and each run prints where its loop was held over 50 ms (those
+figures are not the bench's: the sampler costs). Needs root (drop_caches).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib as b  # the shared helpers: mounts, dropping caches
+import stalls
 from bench_live import RECIPE, pi_appends
 
 LIVE = "--live--"  # the project folder of the session Pi appends to (--pi)
@@ -115,6 +118,7 @@ def main() -> int:
     p.add_argument("--workers", type=int, help="the daemon's --workers (default: its own)")
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--pi", type=int, default=0, help="Pi appends this many messages meanwhile")
+    p.add_argument("--stalls", action="store_true", help="where the daemon's loop was held")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="pisessfs-probe-") as tmp:
         sessions = args.sessions
@@ -124,8 +128,16 @@ def main() -> int:
             recipe = next((b.EXAMPLES / f"--{RECIPE}--").glob("2026-03-02T09-14*.jsonl"))
             (sessions / LIVE).mkdir()
             shutil.copy(recipe, sessions / LIVE / recipe.name)
+        held = Path(tmp) / "stalls.txt"
+        if args.stalls:  # (the daemon's own command, with the sampler started first)
+            here = str(Path(__file__).resolve().parent)
+            run = f"import sys; sys.path.insert(0, {here!r}); import stalls; "
+            run += f"stalls.start({str(held)!r}); from pisessfs.cli import main; sys.exit(main())"
+            b.PISESSFS[:] = [b.PYTHON, "-c", run]
         for _ in range(args.runs):
             print(one(sessions, args.workers, Path(tmp), args.pi), flush=True)
+            for record in stalls.summary(str(held)) if args.stalls else []:
+                print(record, flush=True)
     return 0
 
 

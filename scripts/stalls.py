@@ -1,0 +1,85 @@
+"""Where a daemon's event loop was held: a sampler thread, for a bench's daemon only.
+
+``start(path)`` (in the daemon, before its loop: ``bench_probe.py --stalls``) looks every
+:data:`EVERY` seconds at where the main thread (trio's loop) is, and writes to ``path``:
+
+- ``MAIN <ms> <where>``: the loop's thread stayed that long in one frame that is not the
+  loop's wait for events (work on the loop);
+- ``GAP <ms>``: the sampler itself could not run that long (a thread, any, held the GIL in
+  one C call), with every thread's stack after it.
+
+``summary(path)`` gives the records over ``least`` ms, longest first. The sampler costs the
+daemon a little of every core: figures taken with it are not the bench's.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import traceback
+
+EVERY = 0.002  # seconds between looks
+LONG = 0.03  # seconds held before a record
+IDLE = "get_events"  # trio's wait for events (epoll): the loop is idle there
+
+
+def start(path: str) -> None:
+    out = open(path, "w", buffering=1)  # noqa: SIM115 (open for the daemon's whole life)
+    main_id = threading.main_thread().ident
+    threading.Thread(target=_sample, args=(out, main_id), name="stalls", daemon=True).start()
+
+
+def _sample(out: object, main_id: int | None) -> None:
+    last = since = time.perf_counter()
+    where: tuple[str, str, int] | None = None
+    while True:
+        time.sleep(EVERY)
+        now = time.perf_counter()
+        if now - last > LONG:
+            print(f"GAP {(now - last) * 1000:.0f}", file=out)  # type: ignore[call-overload]
+            for line in _stacks():
+                print(f"  {line}", file=out)  # type: ignore[call-overload]
+        frame = sys._current_frames().get(main_id or 0)
+        here = None if frame is None else _where(frame)
+        if here != where:
+            if where is not None and now - since > LONG and where[1] != IDLE:
+                print(f"MAIN {(now - since) * 1000:.0f} {where}", file=out)  # type: ignore[call-overload]
+            where, since = here, now
+        last = now
+
+
+def _where(frame: object) -> tuple[str, str, int]:
+    code = frame.f_code  # type: ignore[attr-defined]
+    return os.path.basename(code.co_filename), code.co_name, frame.f_lineno  # type: ignore[attr-defined]
+
+
+def _stacks() -> list[str]:
+    names = {t.ident: t.name for t in threading.enumerate()}
+    out = []
+    for ident, frame in sys._current_frames().items():
+        calls = [
+            f"{f.name}@{os.path.basename(f.filename)}:{f.lineno}"
+            for f in traceback.extract_stack(frame)[-6:]
+        ]
+        out.append(f"{names.get(ident, ident)}: {' < '.join(reversed(calls))}")
+    return out
+
+
+def summary(path: str, least: float = 50.0) -> list[str]:
+    """The records of ``path`` over ``least`` ms, longest first, each with what follows it."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    records: list[tuple[float, str]] = []
+    for i, line in enumerate(lines):
+        kind, _, rest = line.partition(" ")
+        if kind in ("MAIN", "GAP") and float(rest.split()[0]) >= least:
+            after = [ln for ln in lines[i + 1 : i + 12] if ln.startswith("  ")]
+            if kind == "GAP":  # (the loop's thread's stack is the one that matters most)
+                after = [ln for ln in after if ln.startswith("  MainThread")]
+            records.append((float(rest.split()[0]), "\n".join([line, *after])))
+    return [text for _, text in sorted(records, reverse=True)]
