@@ -163,11 +163,11 @@ def _refresh(v: View, key: Key) -> Work | None:
 def _unlisted(v: View, key: Key) -> list[str]:
     """The folders of the results' sessions whose listing is not made (or is stale)."""
     folders = {posixpath.dirname(h.path) for h in _found(v, key).hits}
-    return [f for f in sorted(folders) if v.store.heads_missing(f)]
+    return [f for f in sorted(folders) if v.store.unlisted(f)[1]]
 
 
 def _list(v: View, folders: list[str]) -> None:
-    for folder in folders:  # (made, the listing answers heads_missing: no head twice)
+    for folder in folders:  # (made, the listing answers unlisted: no head twice)
         v.store.top() if folder == v.store.root else v.store.sessions_in(folder)
 
 

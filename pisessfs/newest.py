@@ -53,7 +53,7 @@ class Newest:
     def unnamed(self) -> list[str]:
         """The session files whose heads :meth:`latest` would read (to read first)."""
         folders = {item.path for item, _ in self._newest() if not item.is_session}
-        return [p for f in sorted(folders) for p in self.store.heads_missing(f)]
+        return [p for f in sorted(folders) for p in self.store.unlisted(f)[1]]
 
     def work(self) -> Work | None:
         """Blocking work that finds the newest files again (a stat of every session: on a

@@ -537,11 +537,6 @@ class Store:
         self._listings.pop(os.path.dirname(path), None)
         return self._shown.pop(path, None)
 
-    def heads_missing(self, folder: str) -> list[str]:
-        """The session files of ``folder`` whose heads are not read yet, when its listing is
-        to be made again (else none: one stat)."""
-        return self.unlisted(folder)[1]
-
     def unlisted(self, folder: str) -> tuple[list[str], list[str]]:
         """The session files of ``folder`` when its listing is to be made (again), and those
         of them whose heads are not read yet; else none of either (one stat)."""
@@ -551,15 +546,29 @@ class Store:
         paths = [d.path for d in self.session_files(folder)]
         return paths, [p for p in paths if p not in self.heads.known]
 
+    def listing_made(self, folder: str) -> bool:
+        """Whether ``folder``'s listing was made and the folder is unchanged since (or was
+        changed in that instant: ``_cached`` then makes it again where it is used)."""
+        hit = self._listings.get(folder)
+        return hit is not None and hit[0] in (-1, self.files.lstat(folder).st_mtime_ns)
+
+    def make_listings(self, folders: list[str] | None = None) -> None:
+        """Blocking: the listings of project ``folders`` (all: None) made, each scanned, its
+        new heads read, its sessions' store entries read ahead."""
+        for folder in folders or [i.path for i in self.top() if not i.is_session]:
+            listed, missing = self.unlisted(folder)
+            self.prefetch(listed)
+            self.read_heads(missing)
+            with contextlib.suppress(Unreadable):  # (the listing itself says so)
+                self.sessions_in(folder)
+
     def kept_heads_work(self) -> Work | None:
         """Once per mount, when the store kept the sessions' names (a later mount): every
-        head taken from there in one pass (stats only) before the root's first listing, so
-        that no project's listing waits for its own."""
+        project's listing made in one pass before the root's first (stats, no file read)."""
         if self._kept_heads_taken or not self._kept_heads():
             return None
         self._kept_heads_taken = True
-        known = self.heads.known
-        return lambda: self.read_heads([p for p in self.session_paths()[0] if p not in known])
+        return self.make_listings
 
     def read_heads(self, paths: list[str]) -> None:
         """Blocking: read the heads of ``paths`` (a folder of many new sessions)."""

@@ -78,8 +78,8 @@ def summary(path: str, least: float = 50.0) -> list[str]:
     for i, line in enumerate(lines):
         kind, _, rest = line.partition(" ")
         if kind in ("MAIN", "GAP") and float(rest.split()[0]) >= least:
-            after = [ln for ln in lines[i + 1 : i + 12] if ln.startswith("  ")]
-            if kind == "GAP":  # (the loop's thread's stack is the one that matters most)
-                after = [ln for ln in after if ln.startswith("  MainThread")]
+            after = []  # (a gap's stacks follow it: the loop's thread's is the one that matters)
+            if kind == "GAP":
+                after = [ln for ln in lines[i + 1 : i + 20] if ln.startswith("  MainThread")][:1]
             records.append((float(rest.split()[0]), "\n".join([line, *after])))
     return [text for _, text in sorted(records, reverse=True)]

@@ -12,6 +12,7 @@ import re
 import time
 import weakref
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -285,6 +286,42 @@ def test_a_later_mount_takes_every_kept_name_before_the_roots_first_listing(
     for ino in projects:
         later.view.ready(ino, False, True, set())  # (no Busy: nothing left to do off the loop)
     later.store.disk.close(10)
+
+
+def test_a_projects_first_listing_is_made_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A project folder is scanned for its first listing (or a first look at it) by work
+    handed off the loop, however few its sessions: after drop_caches one scan on the loop
+    held every other request for 121 ms during a first walk, the render workers reading
+    and writing."""
+    folder = tmp_path / "--p--"
+    folder.mkdir()
+    for n in range(2):
+        head = {**HEADER, "id": f"0{n}aaaaaa-x"}
+        (folder / f"s{n}.jsonl").write_bytes(line(head) + line(user("aaaaaaaa", None, "q", 1)))
+    os.utime(folder, (1_790_000_000, 1_790_000_000))  # (not changed in the listing's instant)
+    v = Driven(Store(str(tmp_path)))
+    item = v.store.find(v.store.root, "p")
+    assert item is not None
+    ino = v.view.ino(v.view.item_key(item))
+    scanned: list[str] = []
+    scan = v.store.files.scandir
+
+    def counted(f: str) -> list[Any]:
+        scanned.append(f)
+        entries: list[Any] = scan(f)
+        return entries
+
+    monkeypatch.setattr(v.store.files, "scandir", counted)
+    with pytest.raises(Busy) as busy:
+        v.view.ready(ino, False, True, set())
+    assert scanned == []  # (nothing read on the loop)
+    busy.value.work()
+    made = len(scanned)
+    assert made and set(scanned) == {str(folder)}
+    v.view.ready(ino, False, True, set())  # (made: nothing left to do)
+    assert len(v.children(ino)) == 2 and len(scanned) == made
 
 
 @pytest.mark.warns

@@ -878,8 +878,8 @@ def test_listing_a_project_reads_its_sessions_entries_ahead(
 ) -> None:
     """A later mount's walk reads each session's entry right after listing its project: the
     listing has the kernel read them ahead, so the walk does not wait for the disk at each.
-    A big project's heads are read in a thread, a small one's (``layout.HEADS_INLINE``) on
-    the loop: both are read ahead."""
+    A big project and a small one (``layout.HEADS_INLINE``, once read on the loop): both
+    are read ahead."""
     need(shutil.which("fincore") is not None, "fincore (util-linux) is not installed")
     big = corpus / "--many--"
     big.mkdir()

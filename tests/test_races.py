@@ -367,7 +367,7 @@ def test_a_session_made_private_while_a_thread_reads_its_head_gets_no_name_from_
             return still_right(self, path, head)
 
         monkeypatch.setattr(naming.Heads, "_still_right", touched_meanwhile)
-    store.read_heads(store.heads_missing(str(proj)))
+    store.read_heads(store.unlisted(str(proj))[1])
     monkeypatch.setattr(naming, "read_head", read_head)
     head = store.head(str(f))
     assert head.hidden
