@@ -560,7 +560,7 @@ class Store:
             self.prefetch(listed)
             self.read_heads(missing)
             with contextlib.suppress(Unreadable):  # (the listing itself says so)
-                self.sessions_in(folder)
+                self.sessions_in(folder)  # (scans again: after _cached takes the mtime)
 
     def kept_heads_work(self) -> Work | None:
         """Once per mount, when the store kept the sessions' names (a later mount): every

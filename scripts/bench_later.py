@@ -16,7 +16,6 @@ filled already (by the same code). Needs root (drop_caches).
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
 import tempfile
@@ -36,28 +35,19 @@ def mount_of(sessions: Path, cache: Path, tmp: Path, n: int) -> b.Mount:
     return m
 
 
-def fill(m: b.Mount, cmd: str) -> None:
-    """``cmd``'s first mount on an empty cache folder: one walk, its workers' passes."""
-    shutil.rmtree(m.extra[1], ignore_errors=True)
+def walked(m: b.Mount, cmd: str, tool: str, fresh: bool) -> float:
+    """One cold walk by a fresh daemon of ``cmd`` (bench_scale's), then unmounted; ``fresh``:
+    on its cache folder emptied first (a first mount, which fills it: its workers' passes
+    are waited for)."""
     b.PISESSFS[:] = [cmd]
-    since = m.logfile.stat().st_size if m.logfile.exists() else 0
-    m.start(timeout=120)
-    s.timed(s.walks("grep", WORD, m.mnt))
-    s._logged(m, since, "workers: ", "indexed in")
-    m.stop()
-
-
-def cold(m: b.Mount, cmd: str, tool: str) -> float:
-    """A fresh daemon of ``cmd`` on its cache folder, the page cache dropped: one walk."""
-    b.PISESSFS[:] = [cmd]
-    m.start(timeout=120)
+    disk = Path(m.extra[1]) if fresh else None
     try:
-        why = b.drop_caches()
-        if why:
-            raise SystemExit(why)
-        return s.timed(s.walks(tool, WORD, m.mnt))
+        got = s.fresh_walks(tool, WORD, m, 1, warm=False, disk=disk)
     finally:
         m.stop()
+    if isinstance(got, str):
+        raise SystemExit(got)
+    return got[0][0]
 
 
 def main() -> None:
@@ -82,14 +72,14 @@ def main() -> None:
             if not args.keep:
                 for k, c in cmds.items():
                     b.log(f"{k}: the first mount fills its cache folder")
-                    fill(mounts[k], c)
+                    walked(mounts[k], c, "grep", fresh=True)
             for r in range(args.rounds):
                 why = b.drop_caches()
                 if why:
                     raise SystemExit(why)
                 runs["raw"].append(s.timed(s.walks(args.tool, WORD, args.sessions)))
                 for k, c in cmds.items():
-                    runs[k].append(cold(mounts[k], c, args.tool))
+                    runs[k].append(walked(mounts[k], c, args.tool, fresh=False))
                 b.log(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in runs.items()))
         finally:
             b.stop_all()

@@ -19,6 +19,8 @@ import sys
 import threading
 import time
 import traceback
+from types import FrameType
+from typing import TextIO
 
 EVERY = 0.002  # seconds between looks
 LONG = 0.03  # seconds held before a record
@@ -31,28 +33,28 @@ def start(path: str) -> None:
     threading.Thread(target=_sample, args=(out, main_id), name="stalls", daemon=True).start()
 
 
-def _sample(out: object, main_id: int | None) -> None:
+def _sample(out: TextIO, main_id: int | None) -> None:
     last = since = time.perf_counter()
     where: tuple[str, str, int] | None = None
     while True:
         time.sleep(EVERY)
         now = time.perf_counter()
         if now - last > LONG:
-            print(f"GAP {(now - last) * 1000:.0f}", file=out)  # type: ignore[call-overload]
+            print(f"GAP {(now - last) * 1000:.0f}", file=out)
             for line in _stacks():
-                print(f"  {line}", file=out)  # type: ignore[call-overload]
+                print(f"  {line}", file=out)
         frame = sys._current_frames().get(main_id or 0)
         here = None if frame is None else _where(frame)
         if here != where:
             if where is not None and now - since > LONG and where[1] != IDLE:
-                print(f"MAIN {(now - since) * 1000:.0f} {where}", file=out)  # type: ignore[call-overload]
+                print(f"MAIN {(now - since) * 1000:.0f} {where}", file=out)
             where, since = here, now
         last = now
 
 
-def _where(frame: object) -> tuple[str, str, int]:
-    code = frame.f_code  # type: ignore[attr-defined]
-    return os.path.basename(code.co_filename), code.co_name, frame.f_lineno  # type: ignore[attr-defined]
+def _where(frame: FrameType) -> tuple[str, str, int]:
+    code = frame.f_code
+    return os.path.basename(code.co_filename), code.co_name, frame.f_lineno
 
 
 def _stacks() -> list[str]:
