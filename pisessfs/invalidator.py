@@ -69,6 +69,8 @@ class Invalidator:
                 self.dropped(item[0])  # (its pages go, or its size changed)
             if item in self._queued:
                 continue  # already on its way: a burst of appends asks for the same ones
+            if log.isEnabledFor(logging.DEBUG):  # (what made the kernel ask again)
+                log.debug("invalidate %d %r: %s", *item, self.view.inodes.key_of(item[0]))
             try:
                 self._send.send_nowait(item)
                 self._queued.add(item)

@@ -297,10 +297,18 @@ def test_a_repeated_walk_asks_for_no_listing_and_no_flush(sessions: Path) -> Non
         need(shutil.which("rg") is not None, "ripgrep (rg) is not installed (apt install ripgrep)")
         rg = ["rg", "-c", "--sort", "path", PHRASE, str(m.path)]
         found = subprocess.run(rg, capture_output=True, text=True).stdout
-        start = len(m.log_text())
-        assert subprocess.run(rg, capture_output=True, text=True).stdout == found
-        said = [ln for ln in m.log_text()[start:].splitlines() if "readlink(" in ln or "INFO" in ln]
+        for _ in range(3):
+            start = len(m.log_text())
+            assert subprocess.run(rg, capture_output=True, text=True).stdout == found
+            # The kernel forgets inodes only when it must (memory, or a drop_caches by
+            # anyone: a benchmark beside the suite made this test fail): then it asks their
+            # targets again, and the walk is tried again. Never when we told it to.
+            if not re.search(r"\bforget\b", m.log_text()[start:]):
+                break
+        told = ("readlink(", "INFO", "invalidate", "forget")  # (what asked, and why)
+        said = [ln for ln in m.log_text()[start:].splitlines() if any(t in ln for t in told)]
         assert asked(start, "readlink") == 0 and asked(start, "open") > 0, said  # (what asked)
+        assert "invalidate" not in m.log_text()[start:], said
         # a new session in a project already listed: the project is listed again
         project = m.path / "home-ana-src-recipe-box"
         src = next((sessions / "--home-ana-src-recipe-box--").glob("*.jsonl"))
