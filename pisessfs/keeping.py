@@ -17,12 +17,11 @@ import functools
 import logging
 import os
 import stat
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple, TypeGuard
 
-from .errors import Busy, Changed, NotFound, ViewError
+from .errors import Changed, NotFound, ViewError
 from .handles import Later, Snapshot
 from .inodes import Attr, Key
 from .kept import Answers, Kept
@@ -42,10 +41,6 @@ log = logging.getLogger(__name__)
 #: each session six times within a millisecond or so; a change the watcher has not told of
 #: yet shows after this at most (DESIGN's aim for an append: 100 ms).
 KEPT_FRESH = 0.1
-#: A session file this big has its answers read back from the disk cache in a thread (a
-#: later mount's first use of it): the corpus's two sessions of 105 MB held the loop, and
-#: every other request, for 74-99 ms each (about a millisecond per megabyte).
-LOAD_INLINE = 8 << 20
 
 
 class _Hot(NamedTuple):
@@ -80,10 +75,6 @@ class Keeping:
         self.answers: Kept = view.store.answers
         self._hot: _Hot | None = None  # the session ``kept`` answered for last
         self.evicting: Loaded | None = None  # the session being dropped (``evicted``)
-        # What a thread read back of a big session's disk cache entry, for the request that
-        # asked to take (None: nothing sound), whatever the answers kept did meanwhile
-        self._read_back: dict[str, tuple[Identity, Answers | None]] = {}
-        self._reading = threading.Lock()  # (one big entry read back at a time)
 
     def holding(self, key: Key, children: list[Key] | None = None) -> Answers | None:
         """Where to keep what node ``key`` (and ``children``, its listing) answered just
@@ -121,13 +112,11 @@ class Keeping:
             return None  # the session answers that itself
         seen, version = sf.seen, self.answers.version
         ident = Identity.of(st)
-        read = self._read_back.pop(key.path, None) if self._read_back else None
-        if read is not None and read[0] == ident:
-            held = read[1]  # (a thread just read them back for this request: see _from_disk)
-        else:
-            held = self.answers.get(key.path, ident)
-            if held is None and on_disk:
-                held = self._from_disk(sf, st)  # (put in: the next call finds them, hot)
+        held = self.answers.get(key.path, ident)
+        if held is None and on_disk:
+            held = self.view.carry.from_disk(
+                sf, st
+            )  # (put in: the next call finds them kept, and hot)
         if (
             held is not None
             and held.fork is not None
@@ -140,21 +129,6 @@ class Keeping:
         if held is not None and held.fork is None and seen is not None and seen[0] is st:
             self._hot = _Hot(sf, seen, version, held)
         return held
-
-    def _from_disk(self, sf: SessionFile, st: os.stat_result) -> Answers | None:
-        """The answers the disk cache holds for ``sf`` as ``st`` says its file is; those of a
-        big file are read back by work off the loop (:class:`Busy`; asked again after it)."""
-        if st.st_size < LOAD_INLINE:
-            return self.view.carry.from_disk(sf, st)
-        raise Busy(functools.partial(self._read_back_big, sf, st))
-
-    def _read_back_big(self, sf: SessionFile, st: os.stat_result) -> None:
-        """(A thread.) Read back the answers of ``sf``'s big file, unless another request's
-        thread did meanwhile (a walk's requests for one session come together)."""
-        ident = Identity.of(st)
-        with self._reading:
-            held = self.answers.peek(sf.path, ident) or self.view.carry.from_disk(sf, st)
-            self._read_back[sf.path] = (ident, held)
 
     def kept_attr(self, ino: int) -> Attr | None:
         held = self.kept(ino)

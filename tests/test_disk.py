@@ -24,8 +24,7 @@ from typing import Any
 import orjson
 import pytest
 
-from pisessfs import keeping, layout, onefile, store
-from pisessfs.errors import Busy
+from pisessfs import layout, onefile, store
 from pisessfs.kind import Kind
 from pisessfs.model import Entry, Problem
 from pisessfs.reads import PUSH_BYTES
@@ -596,32 +595,6 @@ def _listing(v: Driven, path: Path) -> tuple[int, dict[str, Any]]:
         v.ready(sess, listing=True)
         names = v.children(sess)
     return sess, dict(names)
-
-
-def test_a_big_sessions_answers_are_read_back_off_the_loop(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A later mount reads a big session's answers back from the disk cache in a thread
-    (:class:`Busy`), not on the loop: the corpus's sessions of 105 MB held every other
-    request for 74-99 ms each. Once read, they answer at once, as the first mount's did."""
-    root, path = _one_session(tmp_path)
-    _, first, c = _view_on(root, tmp_path / "cache")
-    _, shown = _listing(first, path)
-    assert first.carry.save_one(str(path))
-    c.close()
-    _, v, c = _view_on(root, tmp_path / "cache")
-    sess = v.ino(Key(Kind.SESSION, str(path)))
-    monkeypatch.setattr(keeping, "LOAD_INLINE", path.stat().st_size)  # (big: this size on)
-    with pytest.raises(Busy) as busy:
-        v.keeping.kept_listing(sess)
-    assert c.used == 0  # (nothing read on the loop)
-    busy.value.work()
-    assert c.used == 1
-    assert dict(v.keeping.kept_listing(sess) or []) == shown
-    monkeypatch.setattr(keeping, "LOAD_INLINE", path.stat().st_size + 1)  # (small: inline)
-    v.keeping.answers.drop(str(path))
-    assert dict(v.keeping.kept_listing(sess) or []) == shown and c.used == 2
-    c.close()
 
 
 def test_a_drop_wins_over_a_save_still_queued(tmp_path: Path) -> None:
