@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import pyfuse3
 import trio
 
-from . import heap, mountpoint, status
+from . import collector, heap, mountpoint, status
 from .appender import Appender
 from .fuse_ops import Asked, Operations
 from .reads import OPEN_FLAGS
@@ -324,6 +324,7 @@ async def _serve(
         nursery.start_soon(_watch, watcher, ops)
         nursery.start_soon(_refresh, state)
         nursery.start_soon(_trim, ops.view)
+        nursery.start_soon(collector.run, lambda: Asked.last)
         if warmup is not None:
             nursery.start_soon(warmup.run)
         await pyfuse3.main(min_tasks=READERS_KEPT)

@@ -6,7 +6,9 @@
 - ``MAIN <ms> <where>``: the loop's thread stayed that long in one frame that is not the
   loop's wait for events (work on the loop);
 - ``GAP <ms>``: the sampler itself could not run that long (a thread, any, held the GIL in
-  one C call), with every thread's stack after it.
+  one C call), with every thread's stack after it;
+- ``GC <ms>``: a collection of the cyclic garbage collector took that long (every thread
+  waits for it), its generation and the thread it ran in.
 
 ``summary(path)`` gives the records over ``least`` ms, longest first. The sampler costs the
 daemon a little of every core: figures taken with it are not the bench's.
@@ -14,6 +16,8 @@ daemon a little of every core: figures taken with it are not the bench's.
 
 from __future__ import annotations
 
+import functools
+import gc
 import os
 import sys
 import threading
@@ -31,6 +35,19 @@ def start(path: str) -> None:
     out = open(path, "w", buffering=1)  # noqa: SIM115 (open for the daemon's whole life)
     main_id = threading.main_thread().ident
     threading.Thread(target=_sample, args=(out, main_id), name="stalls", daemon=True).start()
+    gc.callbacks.append(functools.partial(_collected, out, {}))
+
+
+def _collected(out: TextIO, began: dict[str, float], phase: str, info: dict[str, int]) -> None:
+    """``GC <ms> gen <n>``: a collection of the cyclic garbage collector that long (it
+    holds the GIL throughout: every thread waits)."""
+    if phase == "start":
+        began["at"] = time.perf_counter()
+        return
+    took = time.perf_counter() - began.pop("at", time.perf_counter())
+    if took > LONG:
+        where = threading.current_thread().name
+        print(f"GC {took * 1000:.0f} gen {info['generation']} in {where}", file=out)
 
 
 def _sample(out: TextIO, main_id: int | None) -> None:
@@ -79,9 +96,12 @@ def summary(path: str, least: float = 50.0) -> list[str]:
     records: list[tuple[float, str]] = []
     for i, line in enumerate(lines):
         kind, _, rest = line.partition(" ")
-        if kind in ("MAIN", "GAP") and float(rest.split()[0]) >= least:
-            after = []  # (a gap's stacks follow it: the loop's thread's is the one that matters)
+        if kind in ("MAIN", "GAP", "GC") and float(rest.split()[0]) >= least:
+            after = []  # (a gap's stacks follow it: the thread that held the GIL is among them)
             if kind == "GAP":
-                after = [ln for ln in lines[i + 1 : i + 20] if ln.startswith("  MainThread")][:1]
+                for ln in lines[i + 1 :]:
+                    if not ln.startswith("  "):
+                        break
+                    after.append(ln)
             records.append((float(rest.split()[0]), "\n".join([line, *after])))
     return [text for _, text in sorted(records, reverse=True)]

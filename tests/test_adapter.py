@@ -6,9 +6,11 @@ Needs pyfuse3 installed (a dependency), but no mount and no /dev/fuse.
 from __future__ import annotations
 
 import errno
+import gc
 import logging
 import os
 import stat
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, cast
@@ -17,6 +19,7 @@ import pyfuse3
 import pytest
 import trio
 
+from pisessfs import collector
 from pisessfs.fuse_ops import Operations
 from pisessfs.reads import MUTABLE_TIMEOUT, WATCHED_TIMEOUT
 from pisessfs.sessions import Store
@@ -368,3 +371,47 @@ def test_an_entry_folder_of_a_small_session_is_answered_at_once(
     assert fi is not None
     assert ops.read_now(fi.fh, 0, msg.st_size + 1) == data and data.endswith(b"\n")
     assert ops.release_now(fi.fh) is True
+
+
+def test_full_collections_wait_for_a_quiet_mount(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The collector's full passes (every thread waits 60-105 ms for one, in the middle of
+    a first walk) are made by the mount's task once no request came for a while, not when
+    allocations say; the young generations are collected as ever, and the threshold the task
+    found is put back when it ends."""
+    monkeypatch.setattr(collector, "EVERY", 0.001)
+    monkeypatch.setattr(collector, "QUIET", 0.05)
+
+    def full() -> int:
+        return int(gc.get_stats()[2]["collections"])
+
+    was = gc.get_threshold()
+    asked = [time.monotonic()]
+
+    async def walk() -> tuple[int, int]:
+        with trio.fail_after(30):
+            return await walked()
+
+    async def walked() -> tuple[int, int]:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(collector.run, lambda: asked[0])
+            await trio.sleep(0.01)
+            before, young = full(), gc.get_stats()[1]["collections"]
+            kept = []
+            for n in range(300):  # (requests all along: each allocation pass is a busy one)
+                kept.append([[n] for _ in range(2_000)])
+                asked[0] = time.monotonic()
+                await trio.sleep(0)
+            during = full() - before
+            assert gc.get_stats()[1]["collections"] > young + 10  # (the young ones, as ever)
+            while full() == before + during:  # quiet from now on: a pass comes
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+            return during, gc.get_count()[2]
+
+    during, passes = trio.run(walk)
+    assert during == 0 and passes == 0
+    assert gc.get_threshold() == was
+    now = time.monotonic()  # and past the ceiling, at once, however busy the mount
+    assert collector.due(now, now, (0, 0, collector.CEILING))
+    assert not collector.due(now, now, (0, 0, collector.CEILING - 1))
+    assert not collector.due(0.0, now, (0, 0, 0))  # (nothing to collect: quiet or not)

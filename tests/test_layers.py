@@ -16,6 +16,7 @@ ORDER = [
     "unit",
     "mount",
     "watchdog",
+    "collector",
     "status",
     "warmup",
     "mountpoint",

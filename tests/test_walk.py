@@ -326,6 +326,15 @@ def test_a_repeated_walk_asks_for_no_listing_and_no_flush(sessions: Path) -> Non
         assert shown < set(os.listdir(leaves))
 
 
+def test_the_mount_makes_the_collectors_full_passes_once_it_is_quiet(sessions: Path) -> None:
+    """The daemon's full collections (every request waits for one: 60-105 ms each in a first
+    walk of the 1 GiB corpus) wait for a quiet moment after a walk (``collector``)."""
+    with mounted(sessions, "--debug") as m:
+        for argv in (["grep", "-rc", PHRASE], ["ls", "-lRL"], ["rg", "-c", PHRASE]):
+            subprocess.run([*argv, str(m.path)], capture_output=True)
+        wait_for(lambda: "full collection:" in m.log_text(), 10, "a full collection")
+
+
 def test_a_warmed_mount_answers_its_first_walk_without_parsing(sessions: Path) -> None:
     """``--warm`` lists every session folder in the background: the first ``grep -r`` then
     parses and renders nothing, and finds what a mount without it finds. With no room in
