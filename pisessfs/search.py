@@ -31,7 +31,7 @@ from typing import NamedTuple
 import orjson
 
 from .database import key, path_of
-from .store import DiskStore
+from .store import DiskStore, text_in, text_out
 
 log = logging.getLogger(__name__)
 
@@ -387,7 +387,8 @@ class SearchIndex:
         folder = key(os.path.dirname(path))
         at = key(path)
         now = parsed.indexed
-        seen = orjson.dumps([now.ident, now.entries, now.last]).decode()
+        last = None if now.last is None else (text_out(now.last[0]), now.last[1])
+        seen = orjson.dumps([now.ident, now.entries, last]).decode()  # (an id: any str)
 
         def write(db: sqlite3.Connection) -> None:
             if parsed.anew:
@@ -554,7 +555,7 @@ def _indexed(ours: str, mark: str, seen: str) -> Indexed | None:
         return None
     with contextlib.suppress(ValueError, TypeError):
         (dev, ino, size, mtime_ns), count, last = orjson.loads(seen)
-        at = (str(last[0]), int(last[1])) if last is not None else None
+        at = (text_in(last[0]), int(last[1])) if last is not None else None
         return Indexed((dev, ino, size, mtime_ns), count, at)
     return None
 

@@ -252,6 +252,32 @@ def test_what_a_damaged_session_shows_is_found_and_its_problems_are_not(tmp_path
     assert v.children(v.lookup(folder, "malformed").ino) == []  # (tree.txt's word for it)
 
 
+def test_an_entry_id_no_utf_8_holds_is_indexed_and_indexed_again_from_where_it_was(
+    tmp_path: Path,
+) -> None:
+    """An id Pi may write (JSON's ``\\ud800``: a lone surrogate, no UTF-8) on the last entry
+    indexed is kept with the file's row as the rest are, and read back: the attack's fuzz
+    part found the index of such a file failing (a traceback, the session left out)."""
+    (tmp_path / "--p--").mkdir()
+    f = tmp_path / "--p--" / "s.jsonl"
+    odd = b'{"type":"message","id":"ab\\ud800cd","parentId":null,'
+    odd += b'"timestamp":"2026-03-02T09:14:06Z","message":{"role":"user","content":"kilo"}}\n'
+    f.write_bytes(damaged.line(damaged.HEADER) + odd)
+    v = Driven(Store(str(tmp_path)))
+    folder = v.lookup(1, "search").ino
+
+    def found(word: str) -> int:
+        return len(v.children(v.lookup(folder, word).ino))
+
+    assert found("kilo") == 1
+    kept = v.search().indexed()[str(f)].last
+    assert kept is not None and kept[0] == "ab\ud800cd"  # (read back as it was)
+    with f.open("ab") as out:  # (indexed from the odd id on)
+        out.write(damaged.line(damaged.user("0000000b", None, "lima", 2)))
+    wait_for(lambda: found("lima") == 1, 5, "the appended entry")
+    assert found("kilo") == 1  # (not indexed anew, nor twice)
+
+
 @pytest.mark.fuse
 def test_results_let_read_only_whom_every_session_among_them_lets(tmp_path: Path) -> None:
     """A session others may not read (``0600``) makes the results it is among ``0500`` and
