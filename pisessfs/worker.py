@@ -148,8 +148,18 @@ def serve(renderer: Renderer, inp: IO[bytes], out: IO[bytes]) -> None:
             reply: dict[str, object] = {"done": False, "why": "not a path"}
         else:
             reply = renderer.one(phase, path)
-        out.write(orjson.dumps(reply) + b"\n")
+        out.write(_line(reply))
         out.flush()
+
+
+def _line(reply: dict[str, object]) -> bytes:
+    """``reply`` as a line of JSON. A reason that names a path no UTF-8 holds (any bytes
+    make a file name) has it escaped: else the worker died on it, and three such sessions
+    stopped every worker."""
+    why = reply.get("why")
+    if isinstance(why, str):
+        reply = {**reply, "why": why.encode("utf-8", "backslashreplace").decode()}
+    return orjson.dumps(reply) + b"\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -249,14 +249,19 @@ def test_a_worker_answers_each_line_and_refuses_what_is_not_a_path(tmp_path: Pat
     cache.mkdir(mode=0o700)
     mark = mark_for(Store(str(root)).files.reach)
     cfg = Config(str(root), str(cache), 64, mark)
+    odd = os.fsencode(str(root)) + b"/\xff.jsonl"  # (gone, and no UTF-8 holds its name)
     asked = (
-        b"render zz\nfly 2f\n" + f"{INDEX} {os.fsencode(str(root / 'x.jsonl')).hex()}\n".encode()
+        b"render zz\nfly 2f\n"
+        + f"{INDEX} {os.fsencode(str(root / 'x.jsonl')).hex()}\n".encode()
+        + f"{RENDER} {odd.hex()}\n".encode()
     )
     out = subprocess.run(cfg.argv(), input=asked, capture_output=True, timeout=60)
     lines = out.stdout.splitlines()
     assert out.returncode == 0, out.stderr
-    assert len(lines) == 3
+    assert len(lines) == 4
     assert b'"not a path"' in lines[0] and b"no pass" in lines[1] and b'"done":false' in lines[2]
+    said = json.loads(lines[3])  # (a reason that names that path, escaped)
+    assert said["done"] is False and "\\udcff.jsonl" in said["why"], said
     other = subprocess.run(
         Config(str(root), str(cache), 64, "other code").argv(), capture_output=True, timeout=60
     )
