@@ -912,6 +912,8 @@ def per_path_leaks(
     private_stems = {(p, s) for p, s, _, _, priv in OTHER_FILES if priv}
     hidden = set()  # (project, session folder): folders are named for people, not stems
     for folder in mnt.glob("*/*"):
+        if folder.parent.is_symlink() or folder.parent.name in ("search", "usage"):
+            continue  # (the root's latest, and the folders of no project)
         if folder.is_dir() and not folder.is_symlink():
             stem = Path(os.getxattr(folder, "user.pi.file").decode()).stem
             if (folder.parent.name, stem) in private_stems:
@@ -923,9 +925,13 @@ def per_path_leaks(
         if rel[:1] == ("closed",) or rel[:2] in hidden:
             tried += 1
             leaks += leaked(outs, private)
+        elif rel[0] in ("usage", "search"):
+            continue  # (sums and finds over every session, the private ones too: their mode)
         elif p.is_file() and not p.is_symlink():
             public += 1
-            refused += outs[0].returncode != 0
+            if outs[0].returncode != 0:
+                refused += 1
+                log(f"other: {OTHER} could not read public {p.relative_to(mnt)}")
     log(f"other: {tried} private paths and {public} public files tried as {OTHER}")
     return leaks, refused
 
