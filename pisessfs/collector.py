@@ -8,7 +8,8 @@ the automatic full passes are off; this task makes one once no request came for
 :data:`QUIET` seconds, or at once past :data:`CEILING` young passes since the last, so that
 garbage in cycles stays bounded under any load. The young generations are collected as
 ever (each pass is short: it walks only what was made since). The parses' pauses and
-freezes (``loaded.no_gc``, ``gc.freeze``) are not changed by it.
+freezes (``loaded.no_gc``, ``gc.freeze``) are not changed by it: no pass is made while a
+parse holds the collector paused.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ QUIET = 1.0
 CEILING = 2000
 #: Seconds between looks.
 EVERY = 0.25
-#: The first threshold's full passes are never reached: this task makes them.
+#: The oldest generation's threshold, never reached: this task makes its passes.
 NEVER = 1 << 30
 
 
@@ -43,9 +44,12 @@ def hold_full() -> int:
 
 def due(last_request: float, now: float, counts: tuple[int, int, int]) -> bool:
     """Whether a full pass is due: middle passes were made since the last, and the mount
-    was quiet since ``last_request`` (``time.monotonic``), or they passed the ceiling."""
+    was quiet since ``last_request`` (``time.monotonic``), or they passed the ceiling; and
+    no parse holds the collector paused (``loaded.no_gc``: a pass would walk the millions
+    of objects it is making, and a quiet moment is when ``--warm`` parses)."""
     passes = counts[2]
-    return passes > 0 and (now - last_request >= QUIET or passes >= CEILING)
+    quiet = now - last_request >= QUIET
+    return gc.isenabled() and passes > 0 and (quiet or passes >= CEILING)
 
 
 async def run(last_request: Callable[[], float]) -> None:

@@ -376,8 +376,8 @@ def test_an_entry_folder_of_a_small_session_is_answered_at_once(
 def test_full_collections_wait_for_a_quiet_mount(monkeypatch: pytest.MonkeyPatch) -> None:
     """The collector's full passes (every thread waits 60-105 ms for one, in the middle of
     a first walk) are made by the mount's task once no request came for a while, not when
-    allocations say; the young generations are collected as ever, and the threshold the task
-    found is put back when it ends."""
+    allocations say, nor while a parse holds the collector paused; the young generations are
+    collected as ever, and the threshold the task found is put back when it ends."""
     monkeypatch.setattr(collector, "EVERY", 0.001)
     monkeypatch.setattr(collector, "QUIET", 0.05)
 
@@ -403,10 +403,16 @@ def test_full_collections_wait_for_a_quiet_mount(monkeypatch: pytest.MonkeyPatch
                 await trio.sleep(0)
             during = full() - before
             assert gc.get_stats()[1]["collections"] > young + 10  # (the young ones, as ever)
-            while full() == before + during:  # quiet from now on: a pass comes
+            gc.disable()  # quiet from now on, but a parse holds the collector paused
+            try:
+                await trio.sleep(20 * collector.QUIET)
+                paused = full() - before - during
+            finally:
+                gc.enable()
+            while full() == before + during:  # quiet, and no parse: a pass comes
                 await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
-            return during, gc.get_count()[2]
+            return during + paused, gc.get_count()[2]
 
     during, passes = trio.run(walk)
     assert during == 0 and passes == 0
