@@ -5,11 +5,11 @@ a million: their answers, numbers and names) holding the GIL, so every thread an
 request waits for it: 60-105 ms, two or three times in each first walk of the 1 GiB corpus,
 whenever allocations said so (``scripts/stalls.py``: they were the requests over 50 ms). Here
 the automatic full passes are off; this task makes one once no request came for
-:data:`QUIET` seconds, or at once past :data:`CEILING` young passes since the last, so that
-garbage in cycles stays bounded under any load. The young generations are collected as
-ever (each pass is short: it walks only what was made since). The parses' pauses and
-freezes (``loaded.no_gc``, ``gc.freeze``) are not changed by it: no pass is made while a
-parse holds the collector paused.
+:data:`QUIET` seconds, or at once past :data:`CEILING` middle-generation passes since the
+last, so that garbage in cycles stays bounded under any load. The young generations are
+collected as ever (each pass is short: it walks only what was made since). The parses'
+pauses and freezes (``loaded.no_gc``, ``gc.freeze``) are not changed by it: no pass is made
+while a parse holds the collector paused.
 """
 
 from __future__ import annotations
