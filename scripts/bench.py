@@ -51,6 +51,7 @@ from benchlib import (
     loadavg,
     log,
     machine_facts,
+    pi_missing,
     snapshot_code,
     stop_all,
     temp_dir,
@@ -153,10 +154,14 @@ def _sigterm(signum: int, frame: FrameType | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _sigterm)
-    for tool in ("fusermount3", "grep", "rg", "find", "ls", "node"):
+    for tool in ("fusermount3", "grep", "rg", "find", "ls"):
         if shutil.which(tool) is None:
             print(f"bench: {tool} not found (run ./scripts/setup --node)", file=sys.stderr)
             return 2
+    why = pi_missing()  # (the big and live parts run the real Pi)
+    if why is not None:
+        print(f"bench: {why}", file=sys.stderr)
+        return 2
     t_start = time.perf_counter()
     result: dict[str, Any] = {"warnings": []}
     try:

@@ -16,12 +16,9 @@ from typing import Any
 
 import orjson
 from bench_gen import generate_session
-from benchlib import ENV, ROOT, Mount, log, mark, median, run_timed, vm_kb
+from benchlib import ENV, ROOT, SESSION_MANAGER, Mount, log, mark, median, run_timed, vm_kb
 
 BENCH_PI = ROOT / "scripts" / "bench_pi.mjs"
-SESSION_MANAGER = (
-    ROOT / "node_modules" / "@earendil-works" / "pi-coding-agent" / "dist" / "core"
-) / "session-manager.js"
 
 #: DESIGN.md targets.
 TARGET_LISTING_VS_PI = 0.5

@@ -121,14 +121,17 @@ def pi_appends(folder: Path, session_file: Path, count: int) -> list[float]:
     node = subprocess.Popen(
         ["node", str(LIVE_JS), str(session_file), str(count), "150"],
         stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         cwd=ROOT,
         env=ENV,
     )
-    assert node.stdout is not None
-    for raw in node.stdout:
+    out, err = node.communicate()
+    if node.returncode != 0:  # (else no append is timed, and a median of none fails later)
+        stop.set()
+        raise RuntimeError(f"bench_live.mjs failed ({node.returncode}): {err.decode()[-1500:]}")
+    for raw in out.splitlines():
         item = orjson.loads(raw)
         wanted[item["id"]] = item["t"]
-    node.wait()
     deadline = time.monotonic() + 2  # the target's bound is 1 s: give up after 2
     while not all(i in seen for i in wanted) and time.monotonic() < deadline:
         time.sleep(0.01)

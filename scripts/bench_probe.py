@@ -120,6 +120,9 @@ def main() -> int:
     p.add_argument("--pi", type=int, default=0, help="Pi appends this many messages meanwhile")
     p.add_argument("--stalls", action="store_true", help="where the daemon's loop was held")
     args = p.parse_args()
+    why = b.pi_missing() if args.pi else None
+    if why is not None:
+        raise SystemExit(f"bench_probe --pi: {why}")
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="pisessfs-probe-") as tmp:
         sessions = args.sessions
         if args.pi:  # (Pi writes to a copy, with a session of its own)

@@ -31,9 +31,23 @@ PYTHON = sys.executable
 PISESSFS = [PYTHON, "-m", "pisessfs.cli"]
 BAREFS = ROOT / "scripts" / "bench_barefs.py"
 EXAMPLES = ROOT / "pisessfs" / "examples" / "sessions"
+#: The real Pi's session code, as ``./scripts/setup --node`` (or ``./scripts/test``) installs it.
+SESSION_MANAGER = (
+    ROOT / "node_modules" / "@earendil-works" / "pi-coding-agent" / "dist" / "core"
+) / "session-manager.js"
 ENV = {**os.environ, "LC_ALL": "C"}  # the same, fast, locale for every tool and tree
 #: The daemons' environment: PYTHONPATH points at a snapshot of the package (snapshot_code).
 DAEMON_ENV = dict(ENV)
+
+
+def pi_missing() -> str | None:
+    """Why the real Pi cannot run here (no ``node``, or its package not installed), or None."""
+    if shutil.which("node") is None:
+        return "node not found (run ./scripts/setup --node)"
+    if not SESSION_MANAGER.is_file():
+        where = SESSION_MANAGER.relative_to(ROOT)
+        return f"Pi is not installed: no {where} (run ./scripts/setup --node)"
+    return None
 
 
 def log(msg: str) -> None:
