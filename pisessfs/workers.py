@@ -107,7 +107,9 @@ class Pass:
             return f"{self.phase}ed in {self.took:.1f} s ({what})"
         spent = time.monotonic() - self.started
         rate = d.get("done", 0) / spent if spent > 0 else 0.0
-        togo = f", about {(total - n) / rate:.0f} s to go" if rate > 0 else ""
+        if rate <= 0:  # (none done yet: no rate to say)
+            return f"{self.phase}ing {n:,} of {total:,} ({what})"
+        togo = f", about {(total - n) / rate:.0f} s to go"
         return f"{self.phase}ing {n:,} of {total:,} ({what}), {rate:.0f} a second{togo}"
 
 

@@ -25,7 +25,7 @@ from pisessfs.search import SearchIndex
 from pisessfs.sessions import Store
 from pisessfs.store import DiskStore, mark_for
 from pisessfs.view import View
-from pisessfs.workers import INDEX, RENDER, Config, Pool
+from pisessfs.workers import INDEX, RENDER, Config, Pass, Pool
 
 from .conftest import Mount, mounted, wait_for
 from .test_disk import FROM_DISK, finished, parsed, seen, walked
@@ -238,6 +238,22 @@ def test_status_names_the_passes_in_their_order_whichever_started_first() -> Non
     pool.start()
     wait_for(lambda: pool.said().startswith("done: "), 10, "the passes' end")
     assert DONE.search("workers: " + pool.said().removeprefix("done: ")), pool.said()
+
+
+def test_status_says_a_rate_and_the_time_to_go_once_sessions_are_done() -> None:
+    """A pass that has done none yet says where it is with no rate (it said "0 a second"
+    just after the render pass ended); once some are done, their rate and the time to go."""
+    one = Pass(INDEX, ["/a.jsonl", "/b.jsonl", "/c.jsonl"], {"/c.jsonl"})
+    said = one.said(3)
+    assert said == "indexing 1 of 3 (1 held, 0 left to the mount)", said
+    one.started -= 2.0  # (one done in two seconds)
+    one.count("/a.jsonl", "done")
+    said = one.said(3)
+    assert re.fullmatch(
+        r"indexing 2 of 3 \(1 held, 0 left to the mount\), "
+        r"\d+ a second, about \d+ s to go",
+        said,
+    ), said
 
 
 def test_a_worker_answers_each_line_and_refuses_what_is_not_a_path(tmp_path: Path) -> None:
