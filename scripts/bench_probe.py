@@ -42,12 +42,12 @@ def one(sessions: Path, workers: int | None, tmp: Path, appends: int) -> str:
     m.extra = ["--disk-cache", str(tmp / "cache")]
     m.extra += [] if workers is None else ["--workers", str(workers)]
     m.start()
+    done = threading.Event()  # (set however the walk ends: else its threads ran on, forever)
     try:
         why = b.drop_caches()
         if why:
             raise SystemExit(f"bench_probe: {why}")
         took: list[float] = []
-        done = threading.Event()
 
         def probe() -> None:
             while not done.is_set():
@@ -72,6 +72,7 @@ def one(sessions: Path, workers: int | None, tmp: Path, appends: int) -> str:
         prober.join()
         sampler.join()
     finally:
+        done.set()
         m.stop()
     kids = [kib for pid, kib in peaks.items() if pid != daemon]
     shown += f"; anonymous memory at most: daemon {peaks.get(daemon, 0) >> 10} MiB"
