@@ -360,10 +360,11 @@ class DiskStore:
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
-        if self._db is None:
-            raise OSError(errno.EBADF, "the disk cache is closed")
-        with self._read:
-            yield self._db
+        with self._read:  # (looked at under the lock: the close takes it to close the db)
+            db = self._db
+            if db is None:
+                raise OSError(errno.EBADF, "the disk cache is closed")
+            yield db
 
     def __len__(self) -> int:
         return len(self._sizes)

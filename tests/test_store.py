@@ -262,3 +262,29 @@ def test_the_writer_holds_no_job_it_did(tmp_path: Path) -> None:
     assert writer.settle(10)
     wait_for(lambda: done() is None, 10, "the job let go")
     assert writer.stop(10)
+
+
+def test_a_read_the_close_overtakes_says_closed(tmp_path: Path) -> None:
+    """A read that found the store open, then waited for the read lock while the unmount
+    closed it, says the store is closed (OSError, as a read after the close does): it read
+    a connection that was gone, and the workers' end at unmount logged a traceback."""
+    disk = opened(tmp_path)
+    assert disk.settle(10)
+    assert disk._db is not None
+    real: sqlite3.Connection = disk._db
+
+    class CloseWins:
+        """The read lock, taken by the close first: what close() does under it."""
+
+        def __enter__(self) -> None:
+            real.close()
+            disk._db = None
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    disk._read = CloseWins()  # type: ignore[assignment]
+    with pytest.raises(OSError) as closed:
+        disk.query("SELECT count(*) FROM entries")
+    assert closed.value.errno == errno.EBADF
+    assert disk._writer.stop(10)
