@@ -361,10 +361,9 @@ class DiskStore:
     @contextlib.contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
         with self._read:  # (looked at under the lock: the close takes it to close the db)
-            db = self._db
-            if db is None:
+            if self._db is None:
                 raise OSError(errno.EBADF, "the disk cache is closed")
-            yield db
+            yield self._db
 
     def __len__(self) -> int:
         return len(self._sizes)
